@@ -1,0 +1,78 @@
+//! # scopetree
+//!
+//! The variable store of a deep-learning runtime: a tree of scopes holding
+//! named, typed variables, all in one generational arena. Handles are small
+//! `Copy` keys that report *stale* once their scope is dropped, instead of
+//! dangling or aliasing a newer variable.
+//!
+//! It keeps the semantics of PaddlePaddle's `Scope` (lookups fall back to the
+//! parent scope, a kid's name shadows its parent's, dropping a scope drops its
+//! kids and variables) with handles that cannot dangle, and no lock per level.
+//!
+//! ```
+//! use scopetree::ScopeTree;
+//!
+//! let mut tree = ScopeTree::new();
+//! let model = tree.root();
+//! let w = tree.var(model, "W")?;
+//! tree.set(w, vec![0.1_f32; 4])?;
+//!
+//! // One step of a training loop, in a scope of its own.
+//! let step = tree.new_scope(model)?;
+//! let h = tree.var(step, "h")?;
+//! let w_seen = tree.get_var(step, "W")?; // found in the parent
+//! let sum: f32 = tree.get::<Vec<f32>>(w_seen)?.iter().sum();
+//! tree.set(h, sum)?;
+//!
+//! tree.delete_scope(step)?;
+//! assert!(matches!(tree.get::<f32>(h), Err(scopetree::Error::StaleVar { .. })));
+//! # Ok::<(), scopetree::Error>(())
+//! ```
+//!
+//! ## Map of the crate
+//!
+//! | module (file) | holds |
+//! |---|---|
+//! | `tree` | [`ScopeTree`], the arena, scope structure and deletion |
+//! | `vars` | variables as members of scopes: create, erase, rename |
+//! | `lookup` | [`find_var`](ScopeTree::find_var) and friends |
+//! | `value` | typed values: [`get`](ScopeTree::get), [`set`](ScopeTree::set), … |
+//! | `handle` | [`ScopeId`], [`VarId`], [`TreeTag`] |
+//! | `names` | [`Symbol`], [`Name`], name validation, the interner |
+//! | `traverse` | [`Kids`], [`Ancestors`], [`Descendants`], [`LocalVars`] |
+//! | `dump` | [`Dump`], [`Dot`] |
+//! | `error` | [`Error`] |
+//!
+//! See `docs/design.md` for the arena, handles, invariants and complexities.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+#![warn(rust_2018_idioms, unreachable_pub)]
+
+mod dump;
+mod error;
+mod handle;
+mod lookup;
+mod names;
+mod traverse;
+mod tree;
+mod value;
+mod vars;
+
+pub use dump::{Dot, Dump};
+pub use error::{Error, InvalidNameReason};
+pub use handle::{ScopeId, TreeTag, VarId};
+pub use names::{Name, NameRef, SEPARATOR, Symbol, validate_name};
+pub use traverse::{Ancestors, Descendants, Kids, LocalVars};
+pub use tree::{INLINE_VARS, ScopeTree, scope_slot_bytes, var_slot_bytes};
+
+/// `Result` with this crate's [`Error`].
+///
+/// ```
+/// fn lookup(tree: &scopetree::ScopeTree) -> scopetree::Result<()> {
+///     tree.find_var(tree.root(), "w")?;
+///     Ok(())
+/// }
+/// assert!(lookup(&scopetree::ScopeTree::new()).is_ok());
+/// ```
+pub type Result<T, E = Error> = std::result::Result<T, E>;

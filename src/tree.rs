@@ -1,0 +1,1047 @@
+//! The arena: [`ScopeTree`], its scope and variable slots, and the structural
+//! operations (creating and deleting scopes, kids, parents, depth, paths).
+
+use std::fmt;
+use std::mem;
+
+use slotmap::{Key, SlotMap};
+use smallvec::SmallVec;
+
+use crate::error::Error;
+use crate::handle::{ScopeId, ScopeKey, TreeTag, VarId, VarKey, key_version};
+use crate::names::{FxHashMap, Interner, Name, NameRef, Symbol, validate_name};
+use crate::value::Payload;
+
+/// How many variables a scope holds inline, before its table moves to the heap.
+pub const INLINE_VARS: usize = 4;
+
+/// Past this many local variables a scope also keeps a hash index.
+pub(crate) const INDEX_THRESHOLD: usize = 16;
+
+/// At most this many spilled variable tables are kept for reuse...
+const SPARE_TABLES: usize = 256;
+/// ...and only those whose capacity is at most this.
+const SPARE_TABLE_MAX_CAP: usize = 64;
+
+/// `ScopeSlot::name` of an unnamed scope.
+pub(crate) const NO_NAME: u32 = u32::MAX;
+/// `ScopeSlot::depth` of a retired slot (see [`ScopeTree::free_scope`]).
+const RETIRED: u32 = u32::MAX;
+
+/// One local variable of a scope: its interned name and its slot.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Entry {
+    pub(crate) sym: u32,
+    pub(crate) var: VarKey,
+}
+
+/// The bit a symbol sets in a scope's name signature.
+#[inline]
+pub(crate) fn sig_bit(sym: u32) -> u64 {
+    1u64 << (sym & 63)
+}
+
+/// A scope's local variables, in creation order.
+///
+/// Up to [`INLINE_VARS`] entries live inline in the scope slot; past
+/// [`INDEX_THRESHOLD`] a hash index from symbol to slot is kept alongside, so a
+/// local lookup is O(1) in a wide scope and a short scan in a small one.
+#[derive(Default)]
+pub(crate) struct VarTable {
+    pub(crate) entries: SmallVec<[Entry; INLINE_VARS]>,
+    index: Option<Box<FxHashMap<u32, VarKey>>>,
+}
+
+impl VarTable {
+    #[inline]
+    pub(crate) fn find(&self, sym: u32) -> Option<VarKey> {
+        match &self.index {
+            Some(ix) => ix.get(&sym).copied(),
+            None => self.entries.iter().find(|e| e.sym == sym).map(|e| e.var),
+        }
+    }
+
+    pub(crate) fn position(&self, sym: u32) -> Option<usize> {
+        self.entries.iter().position(|e| e.sym == sym)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Appends an entry, taking a spare heap buffer when the inline space is
+    /// full so that steady-state churn does not allocate.
+    fn push(&mut self, e: Entry, spares: &mut Vec<Vec<Entry>>) {
+        if !self.entries.spilled() && self.entries.len() == INLINE_VARS {
+            if let Some(mut buf) = spares.pop() {
+                buf.extend(self.entries.drain(..));
+                self.entries = SmallVec::from_vec(buf);
+            }
+        }
+        self.entries.push(e);
+        if let Some(ix) = &mut self.index {
+            ix.insert(e.sym, e.var);
+        } else if self.entries.len() > INDEX_THRESHOLD {
+            self.index = Some(Box::new(
+                self.entries.iter().map(|e| (e.sym, e.var)).collect(),
+            ));
+        }
+    }
+
+    /// Removes the entry at `pos`, keeping the order of the others.
+    pub(crate) fn remove_at(&mut self, pos: usize) -> Entry {
+        let e = self.entries.remove(pos);
+        if let Some(ix) = &mut self.index {
+            ix.remove(&e.sym);
+        }
+        e
+    }
+
+    /// Renames the entry at `pos` in place.
+    pub(crate) fn rename_at(&mut self, pos: usize, sym: u32) {
+        let e = &mut self.entries[pos];
+        if let Some(ix) = &mut self.index {
+            ix.remove(&e.sym);
+            ix.insert(sym, e.var);
+        }
+        e.sym = sym;
+    }
+
+    /// The name signature of the current entries.
+    pub(crate) fn signature(&self) -> u64 {
+        self.entries.iter().fold(0, |s, e| s | sig_bit(e.sym))
+    }
+}
+
+/// A scope in the arena.
+///
+/// `repr(C)` keeps the fields a lookup reads (parent, signature, table) at the
+/// front of the slot.
+#[repr(C)]
+pub(crate) struct ScopeSlot {
+    pub(crate) parent: ScopeKey,
+    /// Bit `sym % 64` is set for every local name: a lookup skips a level whose
+    /// signature lacks the bit without touching its table.
+    pub(crate) sig: u64,
+    pub(crate) vars: VarTable,
+    pub(crate) first_kid: ScopeKey,
+    pub(crate) last_kid: ScopeKey,
+    pub(crate) prev_sib: ScopeKey,
+    pub(crate) next_sib: ScopeKey,
+    pub(crate) name: u32,
+    pub(crate) depth: u32,
+}
+
+impl ScopeSlot {
+    fn new(parent: ScopeKey, name: u32, depth: u32) -> Self {
+        ScopeSlot {
+            parent,
+            sig: 0,
+            vars: VarTable::default(),
+            first_kid: ScopeKey::null(),
+            last_kid: ScopeKey::null(),
+            prev_sib: ScopeKey::null(),
+            next_sib: ScopeKey::null(),
+            name,
+            depth,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn is_retired(&self) -> bool {
+        self.depth == RETIRED
+    }
+}
+
+/// A variable in the arena. A retired slot has a null owner.
+pub(crate) struct VarSlot {
+    pub(crate) value: Option<Box<dyn Payload>>,
+    pub(crate) owner: ScopeKey,
+    pub(crate) name: u32,
+}
+
+impl VarSlot {
+    #[inline]
+    pub(crate) fn is_retired(&self) -> bool {
+        self.owner.is_null()
+    }
+}
+
+/// A tree of scopes holding named, typed variables, all in one generational
+/// arena.
+///
+/// A new tree has one scope, the [root](ScopeTree::root). Every other scope has
+/// a parent; a variable belongs to exactly one scope. Lookups with
+/// [`find_var`](ScopeTree::find_var) walk from a scope up to the root, so a
+/// step scope sees the parameters of the model scope above it, and a name in a
+/// kid shadows the same name in a parent.
+///
+/// Handles ([`ScopeId`], [`VarId`]) are `Copy` keys, never references: after
+/// [`delete_scope`](ScopeTree::delete_scope) every handle into the deleted
+/// subtree reports [`Error::StaleScope`] or [`Error::StaleVar`] and never
+/// aliases a newer scope or variable, even once the slot has been reused, and
+/// even after 2^31 reuses of one slot (such a slot is retired; see
+/// `docs/design.md`).
+///
+/// `ScopeTree` is `Send + Sync`: share `&ScopeTree` between threads to read.
+///
+/// ```
+/// use scopetree::ScopeTree;
+/// let mut tree = ScopeTree::new();
+/// let root = tree.root();
+/// let w = tree.var(root, "W")?;
+/// tree.set(w, vec![0.5_f32; 4])?;
+///
+/// let step = tree.new_scope(root)?;
+/// let h = tree.var(step, "h")?;
+/// assert_eq!(tree.find_var(step, "W")?, Some(w)); // found in the parent
+///
+/// tree.delete_scope(step)?;
+/// assert!(tree.get::<f32>(h).is_err()); // stale, not dangling
+/// assert_eq!(tree.get::<Vec<f32>>(w)?.len(), 4);
+/// # Ok::<(), scopetree::Error>(())
+/// ```
+pub struct ScopeTree {
+    pub(crate) scopes: SlotMap<ScopeKey, ScopeSlot>,
+    pub(crate) vars: SlotMap<VarKey, VarSlot>,
+    pub(crate) names: Interner,
+    pub(crate) root: ScopeKey,
+    pub(crate) tag: TreeTag,
+    retired_scopes: usize,
+    retired_vars: usize,
+    pub(crate) unique_counter: u64,
+    spare_tables: Vec<Vec<Entry>>,
+}
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<ScopeTree>();
+};
+
+impl Default for ScopeTree {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for ScopeTree {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScopeTree")
+            .field("tag", &self.tag)
+            .field("scopes", &self.scope_count())
+            .field("vars", &self.var_count())
+            .field("names", &self.names.len())
+            .finish()
+    }
+}
+
+impl ScopeTree {
+    /// Creates a tree holding only its root scope. O(1).
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let tree = ScopeTree::new();
+    /// assert_eq!(tree.scope_count(), 1);
+    /// assert_eq!(tree.var_count(), 0);
+    /// ```
+    pub fn new() -> Self {
+        Self::with_capacity(1, 0)
+    }
+
+    /// Creates a tree with room for `scopes` scopes and `vars` variables
+    /// before its arenas reallocate.
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let tree = ScopeTree::with_capacity(1024, 8192);
+    /// assert_eq!(tree.scope_count(), 1);
+    /// ```
+    pub fn with_capacity(scopes: usize, vars: usize) -> Self {
+        let mut scope_map = SlotMap::with_capacity_and_key(scopes.max(1));
+        let root = scope_map.insert(ScopeSlot::new(ScopeKey::null(), NO_NAME, 0));
+        ScopeTree {
+            scopes: scope_map,
+            vars: SlotMap::with_capacity_and_key(vars),
+            names: Interner::default(),
+            root,
+            tag: TreeTag::fresh(),
+            retired_scopes: 0,
+            retired_vars: 0,
+            unique_counter: 0,
+            spare_tables: Vec::new(),
+        }
+    }
+
+    /// The tag carried by every handle of this tree.
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let tree = ScopeTree::new();
+    /// assert_eq!(tree.root().tree(), tree.tag());
+    /// ```
+    pub fn tag(&self) -> TreeTag {
+        self.tag
+    }
+
+    /// The root scope. It lives as long as the tree. O(1).
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let tree = ScopeTree::new();
+    /// assert_eq!(tree.parent(tree.root())?, None);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn root(&self) -> ScopeId {
+        ScopeId::new(self.root, self.tag)
+    }
+
+    /// Number of live scopes, the root included. O(1).
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// tree.new_scope(tree.root())?;
+    /// assert_eq!(tree.scope_count(), 2);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn scope_count(&self) -> usize {
+        self.scopes.len() - self.retired_scopes
+    }
+
+    /// Number of live variables in the whole tree. O(1).
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// tree.var(tree.root(), "w")?;
+    /// assert_eq!(tree.var_count(), 1);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn var_count(&self) -> usize {
+        self.vars.len() - self.retired_vars
+    }
+
+    /// Whether `scope` is a live scope of this tree (`false` for stale or
+    /// foreign handles). O(1).
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let s = tree.new_scope(tree.root())?;
+    /// tree.delete_scope(s)?;
+    /// assert!(!tree.contains_scope(s));
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn contains_scope(&self, scope: ScopeId) -> bool {
+        self.scope_slot(scope).is_ok()
+    }
+
+    /// Whether `var` is a live variable of this tree (`false` for stale or
+    /// foreign handles). O(1).
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let w = tree.var(tree.root(), "w")?;
+    /// assert!(tree.contains_var(w));
+    /// tree.remove_var(w)?;
+    /// assert!(!tree.contains_var(w));
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn contains_var(&self, var: VarId) -> bool {
+        self.var_slot(var).is_ok()
+    }
+
+    // ----- handle checks --------------------------------------------------
+
+    /// Resolves a scope handle, or says why it cannot be resolved.
+    #[inline]
+    pub(crate) fn scope_slot(&self, scope: ScopeId) -> Result<&ScopeSlot, Error> {
+        if scope.tree != self.tag {
+            return Err(Error::ForeignScope {
+                scope,
+                tree: self.tag,
+            });
+        }
+        match self.scopes.get(scope.key) {
+            Some(slot) if !slot.is_retired() => Ok(slot),
+            _ => Err(Error::StaleScope { scope }),
+        }
+    }
+
+    /// Checks a scope handle and returns its key.
+    #[inline]
+    pub(crate) fn check_scope(&self, scope: ScopeId) -> Result<ScopeKey, Error> {
+        self.scope_slot(scope).map(|_| scope.key)
+    }
+
+    /// Resolves a variable handle, or says why it cannot be resolved.
+    #[inline]
+    pub(crate) fn var_slot(&self, var: VarId) -> Result<&VarSlot, Error> {
+        match self.var_slot_unretired(var)? {
+            slot if slot.is_retired() => Err(Error::StaleVar { var }),
+            slot => Ok(slot),
+        }
+    }
+
+    /// Like [`var_slot`](Self::var_slot) but lets a retired slot through; the
+    /// caller must treat `owner.is_null()` as stale. Used by the value fast
+    /// path, where a retired slot's empty value already leads to the slow path.
+    #[inline]
+    pub(crate) fn var_slot_unretired(&self, var: VarId) -> Result<&VarSlot, Error> {
+        if var.tree != self.tag {
+            return Err(Error::ForeignVar {
+                var,
+                tree: self.tag,
+            });
+        }
+        self.vars.get(var.key).ok_or(Error::StaleVar { var })
+    }
+
+    /// Mutable [`var_slot`](Self::var_slot).
+    #[inline]
+    pub(crate) fn var_slot_mut(&mut self, var: VarId) -> Result<&mut VarSlot, Error> {
+        if var.tree != self.tag {
+            return Err(Error::ForeignVar {
+                var,
+                tree: self.tag,
+            });
+        }
+        match self.vars.get_mut(var.key) {
+            Some(slot) if !slot.is_retired() => Ok(slot),
+            _ => Err(Error::StaleVar { var }),
+        }
+    }
+
+    // ----- names ------------------------------------------------------------
+
+    /// Interns `name` in this tree and returns its [`Symbol`], which later
+    /// calls accept in place of the string to skip hashing it. O(len(name));
+    /// allocates only the first time a name is seen.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty name or one containing `/`.
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let w = tree.intern("w")?;
+    /// assert_eq!(tree.intern("w")?, w);
+    /// assert!(tree.intern("a/b").is_err());
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn intern(&mut self, name: &str) -> Result<Symbol, Error> {
+        validate_name(name)?;
+        Ok(Symbol {
+            idx: self.names.intern(name),
+            tree: self.tag,
+        })
+    }
+
+    /// The symbol of `name` if the tree has seen that name, without interning
+    /// it. O(len(name)).
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// assert_eq!(tree.symbol("w"), None);
+    /// let w = tree.intern("w")?;
+    /// assert_eq!(tree.symbol("w"), Some(w));
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn symbol(&self, name: &str) -> Option<Symbol> {
+        self.names.get(name).map(|idx| Symbol {
+            idx,
+            tree: self.tag,
+        })
+    }
+
+    /// The text of a symbol. O(1).
+    ///
+    /// # Errors
+    /// [`Error::ForeignSymbol`] if `sym` was interned by another tree.
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let sym = tree.intern("bias")?;
+    /// assert_eq!(tree.resolve(sym)?, "bias");
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn resolve(&self, sym: Symbol) -> Result<&str, Error> {
+        self.check_symbol(sym)?;
+        Ok(self.names.text(sym.idx))
+    }
+
+    #[inline]
+    fn check_symbol(&self, sym: Symbol) -> Result<u32, Error> {
+        if sym.tree == self.tag {
+            Ok(sym.idx)
+        } else {
+            Err(Error::ForeignSymbol {
+                symbol: sym,
+                tree: self.tag,
+            })
+        }
+    }
+
+    /// The symbol index of a name for a lookup: `Ok(None)` if the name was
+    /// never interned, so it cannot be anywhere in the tree.
+    #[inline]
+    pub(crate) fn lookup_name(&self, name: NameRef<'_>) -> Result<Option<u32>, Error> {
+        match name {
+            NameRef::Str(s) => {
+                validate_name(s)?;
+                Ok(self.names.get(s))
+            }
+            NameRef::Sym(sym) => self.check_symbol(sym).map(Some),
+        }
+    }
+
+    /// The symbol index of a name for a create, interning it if new.
+    pub(crate) fn intern_name(&mut self, name: NameRef<'_>) -> Result<u32, Error> {
+        match name {
+            NameRef::Str(s) => {
+                validate_name(s)?;
+                Ok(self.names.intern(s))
+            }
+            NameRef::Sym(sym) => self.check_symbol(sym),
+        }
+    }
+
+    /// The text of a name, for messages. A foreign symbol shows as its debug form.
+    pub(crate) fn name_text(&self, name: NameRef<'_>) -> String {
+        match name {
+            NameRef::Str(s) => s.to_owned(),
+            NameRef::Sym(sym) if sym.tree == self.tag => self.names.text(sym.idx).to_owned(),
+            NameRef::Sym(sym) => format!("{sym:?}"),
+        }
+    }
+
+    // ----- structure ----------------------------------------------------------
+
+    /// Creates an unnamed kid of `parent`, after its existing kids. O(1).
+    ///
+    /// # Errors
+    /// [`Error::StaleScope`] or [`Error::ForeignScope`] for a bad `parent`.
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let a = tree.new_scope(tree.root())?;
+    /// let b = tree.new_scope(a)?;
+    /// assert_eq!(tree.depth(b)?, 2);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn new_scope(&mut self, parent: ScopeId) -> Result<ScopeId, Error> {
+        let p = self.check_scope(parent)?;
+        Ok(self.insert_scope(p, NO_NAME))
+    }
+
+    /// Creates a kid of `parent` named `name`, after its existing kids. A named
+    /// scope can be found again with [`kid`](Self::kid) and shows its name in
+    /// paths and dumps. O(number of kids of `parent`), to check the name.
+    ///
+    /// # Errors
+    /// [`Error::ScopeNameTaken`] if a kid of `parent` already has that name;
+    /// [`Error::InvalidName`]; [`Error::StaleScope`] or
+    /// [`Error::ForeignScope`] for a bad `parent`.
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let enc = tree.new_named_scope(tree.root(), "encoder")?;
+    /// assert_eq!(tree.path(enc)?, "encoder");
+    /// assert!(tree.new_named_scope(tree.root(), "encoder").is_err());
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn new_named_scope(&mut self, parent: ScopeId, name: impl Name) -> Result<ScopeId, Error> {
+        let p = self.check_scope(parent)?;
+        let name = name.as_name_ref();
+        let sym = self.intern_name(name)?;
+        if self.kid_by_sym(p, sym).is_some() {
+            return Err(Error::ScopeNameTaken {
+                name: self.name_text(name),
+                scope: self.path_of(p),
+            });
+        }
+        Ok(self.insert_scope(p, sym))
+    }
+
+    /// The kid of `parent` named `name`, if any. O(number of kids).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`]; [`Error::StaleScope`] or [`Error::ForeignScope`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let enc = tree.new_named_scope(tree.root(), "encoder")?;
+    /// assert_eq!(tree.kid(tree.root(), "encoder")?, Some(enc));
+    /// assert_eq!(tree.kid(tree.root(), "decoder")?, None);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn kid(&self, parent: ScopeId, name: impl Name) -> Result<Option<ScopeId>, Error> {
+        let p = self.check_scope(parent)?;
+        let Some(sym) = self.lookup_name(name.as_name_ref())? else {
+            return Ok(None);
+        };
+        Ok(self.kid_by_sym(p, sym).map(|k| ScopeId::new(k, self.tag)))
+    }
+
+    fn kid_by_sym(&self, parent: ScopeKey, sym: u32) -> Option<ScopeKey> {
+        let mut k = self.scopes.get(parent)?.first_kid;
+        while let Some(slot) = self.scopes.get(k) {
+            if slot.name == sym {
+                return Some(k);
+            }
+            k = slot.next_sib;
+        }
+        None
+    }
+
+    /// The name of a scope made with [`new_named_scope`](Self::new_named_scope);
+    /// `None` for unnamed scopes and the root. O(1).
+    ///
+    /// # Errors
+    /// [`Error::StaleScope`] or [`Error::ForeignScope`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let enc = tree.new_named_scope(tree.root(), "encoder")?;
+    /// assert_eq!(tree.scope_name(enc)?, Some("encoder"));
+    /// assert_eq!(tree.scope_name(tree.root())?, None);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn scope_name(&self, scope: ScopeId) -> Result<Option<&str>, Error> {
+        let slot = self.scope_slot(scope)?;
+        Ok((slot.name != NO_NAME).then(|| self.names.text(slot.name)))
+    }
+
+    fn insert_scope(&mut self, parent: ScopeKey, name: u32) -> ScopeId {
+        let (depth, prev) = match self.scopes.get(parent) {
+            Some(p) => (p.depth.saturating_add(1).min(RETIRED - 1), p.last_kid),
+            None => (0, ScopeKey::null()),
+        };
+        let mut slot = ScopeSlot::new(parent, name, depth);
+        slot.prev_sib = prev;
+        let key = self.scopes.insert(slot);
+        if let Some(prev_slot) = self.scopes.get_mut(prev) {
+            prev_slot.next_sib = key;
+        }
+        if let Some(p) = self.scopes.get_mut(parent) {
+            if p.first_kid.is_null() {
+                p.first_kid = key;
+            }
+            p.last_kid = key;
+        }
+        ScopeId::new(key, self.tag)
+    }
+
+    /// The parent of `scope`; `None` for the root. O(1).
+    ///
+    /// # Errors
+    /// [`Error::StaleScope`] or [`Error::ForeignScope`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let s = tree.new_scope(tree.root())?;
+    /// assert_eq!(tree.parent(s)?, Some(tree.root()));
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn parent(&self, scope: ScopeId) -> Result<Option<ScopeId>, Error> {
+        let slot = self.scope_slot(scope)?;
+        Ok((!slot.parent.is_null()).then(|| ScopeId::new(slot.parent, self.tag)))
+    }
+
+    /// The depth of `scope`: 0 for the root, 1 for its kids, and so on. O(1).
+    ///
+    /// # Errors
+    /// [`Error::StaleScope`] or [`Error::ForeignScope`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let s = tree.new_scope(tree.root())?;
+    /// assert_eq!(tree.depth(s)?, 1);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn depth(&self, scope: ScopeId) -> Result<usize, Error> {
+        Ok(self.scope_slot(scope)?.depth as usize)
+    }
+
+    /// Whether `kid` is a direct kid of `parent`. O(1).
+    ///
+    /// # Errors
+    /// [`Error::StaleScope`] or [`Error::ForeignScope`] for either handle.
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let a = tree.new_scope(tree.root())?;
+    /// let b = tree.new_scope(a)?;
+    /// assert!(tree.has_kid(a, b)?);
+    /// assert!(!tree.has_kid(tree.root(), b)?);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn has_kid(&self, parent: ScopeId, kid: ScopeId) -> Result<bool, Error> {
+        let p = self.check_scope(parent)?;
+        Ok(self.scope_slot(kid)?.parent == p)
+    }
+
+    /// Number of direct kids of `scope`. O(number of kids).
+    ///
+    /// # Errors
+    /// [`Error::StaleScope`] or [`Error::ForeignScope`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// tree.new_scope(tree.root())?;
+    /// tree.new_scope(tree.root())?;
+    /// assert_eq!(tree.kid_count(tree.root())?, 2);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn kid_count(&self, scope: ScopeId) -> Result<usize, Error> {
+        Ok(self.kids(scope)?.count())
+    }
+
+    /// The path of `scope` from the root: kid names joined by `/`, with an
+    /// unnamed scope shown by its slot as `#3v1`; `""` for the root.
+    /// O(depth).
+    ///
+    /// # Errors
+    /// [`Error::StaleScope`] or [`Error::ForeignScope`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let enc = tree.new_named_scope(tree.root(), "encoder")?;
+    /// let l1 = tree.new_named_scope(enc, "layer_1")?;
+    /// assert_eq!(tree.path(l1)?, "encoder/layer_1");
+    /// assert_eq!(tree.path(tree.root())?, "");
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn path(&self, scope: ScopeId) -> Result<String, Error> {
+        let k = self.check_scope(scope)?;
+        Ok(self.path_of(k))
+    }
+
+    /// The path of a live scope key (see [`path`](Self::path)).
+    pub(crate) fn path_of(&self, key: ScopeKey) -> String {
+        let mut parts: Vec<ScopeKey> = Vec::new();
+        let mut k = key;
+        while let Some(slot) = self.scopes.get(k) {
+            if slot.parent.is_null() {
+                break;
+            }
+            parts.push(k);
+            k = slot.parent;
+        }
+        let mut out = String::new();
+        for (i, k) in parts.iter().rev().enumerate() {
+            if i > 0 {
+                out.push('/');
+            }
+            self.push_component(&mut out, *k);
+        }
+        out
+    }
+
+    /// Appends one path component: the scope's name or `#idx v version`.
+    pub(crate) fn push_component(&self, out: &mut String, key: ScopeKey) {
+        use fmt::Write;
+        match self.scopes.get(key) {
+            Some(slot) if slot.name != NO_NAME => out.push_str(self.names.text(slot.name)),
+            _ => {
+                let ffi = key.data().as_ffi();
+                let _ = write!(out, "#{}v{}", ffi & 0xffff_ffff, ffi >> 32);
+            }
+        }
+    }
+
+    // ----- deletion ---------------------------------------------------------------
+
+    /// Deletes `scope`, all its descendants and all their variables. Every
+    /// handle into the deleted subtree reports stale from now on.
+    ///
+    /// O(size of the subtree), iterative (no recursion, no allocation), and
+    /// independent of how many siblings `scope` has.
+    ///
+    /// # Errors
+    /// [`Error::RootScope`] for the root; [`Error::StaleScope`] or
+    /// [`Error::ForeignScope`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let a = tree.new_scope(tree.root())?;
+    /// let b = tree.new_scope(a)?;
+    /// let v = tree.var(b, "v")?;
+    /// tree.delete_scope(a)?;
+    /// assert!(!tree.contains_scope(b));
+    /// assert!(!tree.contains_var(v));
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn delete_scope(&mut self, scope: ScopeId) -> Result<(), Error> {
+        let k = self.check_scope(scope)?;
+        if k == self.root {
+            return Err(Error::RootScope);
+        }
+        self.unlink(k);
+        self.free_subtree(k);
+        Ok(())
+    }
+
+    /// Deletes `kid`, which must be a direct kid of `parent` (Paddle's
+    /// `Scope::DeleteScope`). Same cost as [`delete_scope`](Self::delete_scope).
+    ///
+    /// # Errors
+    /// [`Error::NotAKid`] if `kid` is not a kid of `parent`;
+    /// [`Error::StaleScope`] or [`Error::ForeignScope`] for either handle.
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let a = tree.new_scope(tree.root())?;
+    /// let b = tree.new_scope(a)?;
+    /// assert!(tree.delete_kid(tree.root(), b).is_err());
+    /// tree.delete_kid(a, b)?;
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn delete_kid(&mut self, parent: ScopeId, kid: ScopeId) -> Result<(), Error> {
+        if !self.has_kid(parent, kid)? {
+            return Err(Error::NotAKid {
+                kid: self.path_of(kid.key),
+                scope: self.path_of(parent.key),
+            });
+        }
+        self.delete_scope(kid)
+    }
+
+    /// Deletes every kid of `scope` (and their subtrees), keeping `scope` and
+    /// its own variables (Paddle's `DropKids`). O(size of the deleted subtrees).
+    ///
+    /// # Errors
+    /// [`Error::StaleScope`] or [`Error::ForeignScope`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let root = tree.root();
+    /// tree.new_scope(root)?;
+    /// tree.new_scope(root)?;
+    /// tree.drop_kids(root)?;
+    /// assert_eq!(tree.scope_count(), 1);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn drop_kids(&mut self, scope: ScopeId) -> Result<(), Error> {
+        let k = self.check_scope(scope)?;
+        let first = match self.scopes.get_mut(k) {
+            Some(slot) => {
+                slot.last_kid = ScopeKey::null();
+                mem::replace(&mut slot.first_kid, ScopeKey::null())
+            }
+            None => ScopeKey::null(),
+        };
+        let mut kid = first;
+        while !kid.is_null() {
+            let next = self
+                .scopes
+                .get(kid)
+                .map_or(ScopeKey::null(), |s| s.next_sib);
+            self.free_subtree(kid);
+            kid = next;
+        }
+        Ok(())
+    }
+
+    /// Detaches `key` from its parent's kid list. O(1).
+    fn unlink(&mut self, key: ScopeKey) {
+        let Some(slot) = self.scopes.get(key) else {
+            return;
+        };
+        let (parent, prev, next) = (slot.parent, slot.prev_sib, slot.next_sib);
+        if let Some(p) = self.scopes.get_mut(prev) {
+            p.next_sib = next;
+        }
+        if let Some(n) = self.scopes.get_mut(next) {
+            n.prev_sib = prev;
+        }
+        if let Some(p) = self.scopes.get_mut(parent) {
+            if p.first_kid == key {
+                p.first_kid = next;
+            }
+            if p.last_kid == key {
+                p.last_kid = prev;
+            }
+        }
+    }
+
+    /// Frees the subtree rooted at `top`, which is already unlinked from its
+    /// parent. Post-order without a stack: descend to the leftmost leaf, free
+    /// it, make its next sibling its parent's first kid, climb, repeat. Each
+    /// edge is walked down once and up once.
+    fn free_subtree(&mut self, top: ScopeKey) {
+        let mut node = top;
+        loop {
+            while let Some(first) = self
+                .scopes
+                .get(node)
+                .map(|s| s.first_kid)
+                .filter(|k| !k.is_null())
+            {
+                node = first;
+            }
+            let Some(slot) = self.free_scope(node) else {
+                return;
+            };
+            if node == top {
+                return;
+            }
+            if let Some(p) = self.scopes.get_mut(slot.parent) {
+                p.first_kid = slot.next_sib;
+            }
+            node = slot.parent;
+        }
+    }
+
+    /// Removes one scope slot and its variables, returning the slot.
+    ///
+    /// A slot whose version is `u32::MAX` would wrap to a version that stale
+    /// handles already carry if it were freed and reused, so it is retired:
+    /// it stays occupied by an empty tombstone and is never handed out again.
+    fn free_scope(&mut self, key: ScopeKey) -> Option<ScopeSlot> {
+        let mut slot = if key_version(key.data()) == u32::MAX {
+            let live = self.scopes.get_mut(key)?;
+            let mut tomb = ScopeSlot::new(ScopeKey::null(), NO_NAME, RETIRED);
+            mem::swap(live, &mut tomb);
+            self.retired_scopes += 1;
+            tomb
+        } else {
+            self.scopes.remove(key)?
+        };
+        let table = mem::take(&mut slot.vars.entries);
+        for e in &table {
+            self.free_var(e.var);
+        }
+        self.recycle_table(table);
+        Some(slot)
+    }
+
+    /// Keeps a spilled table buffer for the next scope that outgrows its
+    /// inline space.
+    fn recycle_table(&mut self, table: SmallVec<[Entry; INLINE_VARS]>) {
+        if table.spilled()
+            && table.capacity() <= SPARE_TABLE_MAX_CAP
+            && self.spare_tables.len() < SPARE_TABLES
+        {
+            let mut buf = table.into_vec();
+            buf.clear();
+            self.spare_tables.push(buf);
+        }
+    }
+
+    /// Removes one variable slot (retiring it at the last version, as
+    /// [`free_scope`](Self::free_scope) does) and returns its value.
+    pub(crate) fn free_var(&mut self, key: VarKey) -> Option<Box<dyn Payload>> {
+        if key_version(key.data()) == u32::MAX {
+            let live = self.vars.get_mut(key)?;
+            let value = live.value.take();
+            live.owner = ScopeKey::null();
+            live.name = NO_NAME;
+            self.retired_vars += 1;
+            value
+        } else {
+            self.vars.remove(key)?.value
+        }
+    }
+
+    /// Creates a variable in `scope` (which must be live and must not hold
+    /// `sym`). O(1) amortised.
+    pub(crate) fn insert_var(&mut self, scope: ScopeKey, sym: u32) -> VarId {
+        let key = self.vars.insert(VarSlot {
+            value: None,
+            owner: scope,
+            name: sym,
+        });
+        if let Some(slot) = self.scopes.get_mut(scope) {
+            slot.vars
+                .push(Entry { sym, var: key }, &mut self.spare_tables);
+            slot.sig |= sig_bit(sym);
+        }
+        VarId::new(key, self.tag)
+    }
+
+    /// The scope key of a live variable.
+    pub(crate) fn owner_key(&self, var: VarId) -> Result<ScopeKey, Error> {
+        Ok(self.var_slot(var)?.owner)
+    }
+
+    /// Heap bytes used by the tree's own tables, value payloads excluded:
+    /// both arenas at their capacity, spilled variable tables and indexes, and
+    /// the interner. O(number of scopes).
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let before = tree.heap_bytes();
+    /// for i in 0..100 {
+    ///     tree.var(tree.root(), format!("v{i}"))?;
+    /// }
+    /// assert!(tree.heap_bytes() > before);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn heap_bytes(&self) -> usize {
+        let arenas = (self.scopes.capacity() + 1) * scope_slot_bytes()
+            + (self.vars.capacity() + 1) * var_slot_bytes();
+        let tables: usize = self
+            .scopes
+            .values()
+            .map(|s| {
+                let spilled = if s.vars.entries.spilled() {
+                    s.vars.entries.capacity() * mem::size_of::<Entry>()
+                } else {
+                    0
+                };
+                let index = s.vars.index.as_ref().map_or(0, |ix| {
+                    ix.capacity() * (mem::size_of::<(u32, VarKey)>() + 1) + 48
+                });
+                spilled + index
+            })
+            .sum();
+        let spares: usize = self
+            .spare_tables
+            .iter()
+            .map(|b| b.capacity() * mem::size_of::<Entry>())
+            .sum();
+        arenas + tables + spares + self.names.heap_bytes()
+    }
+}
+
+/// Bytes of one scope slot in the arena (the slot plus slotmap's version).
+///
+/// ```
+/// assert!(scopetree::scope_slot_bytes() <= 128);
+/// ```
+pub fn scope_slot_bytes() -> usize {
+    arena_slot_bytes::<ScopeSlot>()
+}
+
+/// Bytes of one variable slot in the arena (the slot plus slotmap's version),
+/// value payload excluded.
+///
+/// ```
+/// assert!(scopetree::var_slot_bytes() <= 64);
+/// ```
+pub fn var_slot_bytes() -> usize {
+    arena_slot_bytes::<VarSlot>()
+}
+
+/// Size of a slotmap slot holding a `T`: the value and a `u32` version,
+/// rounded up to the alignment.
+fn arena_slot_bytes<T>() -> usize {
+    (mem::size_of::<T>() + mem::size_of::<u32>()).next_multiple_of(mem::align_of::<T>().max(4))
+}

@@ -1,0 +1,393 @@
+//! Typed values: what a variable holds, and the reads and writes through a
+//! [`VarId`].
+//!
+//! A variable holds any `Send + Sync + 'static` value, or nothing (it is
+//! uninitialised until set). Reads name the type they expect; a read of
+//! another type is [`Error::TypeMismatch`], naming both types. These are the
+//! counterparts of Paddle's `Variable::Get<T>`, `GetMutable<T>`, `IsType<T>`,
+//! `IsInitialized` and `Clear`.
+
+use std::any::{Any, type_name};
+
+use crate::error::Error;
+use crate::handle::VarId;
+use crate::tree::ScopeTree;
+
+/// A value a variable can hold: any `Send + Sync + 'static` type. Blanket
+/// implemented; it only adds the type's name, for messages and dumps.
+pub(crate) trait Payload: Any + Send + Sync {
+    fn type_name(&self) -> &'static str;
+}
+
+impl<T: Any + Send + Sync> Payload for T {
+    fn type_name(&self) -> &'static str {
+        type_name::<T>()
+    }
+}
+
+#[inline]
+fn as_any(p: &dyn Payload) -> &dyn Any {
+    p
+}
+
+#[inline]
+fn as_any_mut(p: &mut dyn Payload) -> &mut dyn Any {
+    p
+}
+
+impl ScopeTree {
+    /// Why a value read of `var` as `T` failed: stale (retired slot),
+    /// uninitialised or type mismatch. Only called off the fast path.
+    #[cold]
+    #[inline(never)]
+    fn read_error<T: Any>(&self, var: VarId) -> Error {
+        let slot = match self.var_slot(var) {
+            Ok(slot) => slot,
+            Err(e) => return e,
+        };
+        let (name, scope) = self.describe_var(var);
+        match &slot.value {
+            None => Error::Uninitialized {
+                name,
+                scope,
+                expected: type_name::<T>(),
+            },
+            Some(v) => Error::TypeMismatch {
+                name,
+                scope,
+                expected: type_name::<T>(),
+                found: v.type_name(),
+            },
+        }
+    }
+
+    /// Borrows the value of `var` as a `T` (Paddle's `Get<T>`). O(1): a key
+    /// check and one type-id comparison.
+    ///
+    /// # Errors
+    /// [`Error::Uninitialized`] if nothing was set; [`Error::TypeMismatch`]
+    /// if it holds another type; [`Error::StaleVar`] or [`Error::ForeignVar`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let w = tree.var(tree.root(), "w")?;
+    /// assert!(tree.get::<f32>(w).is_err()); // uninitialised
+    /// tree.set(w, 2.0_f32)?;
+    /// assert_eq!(*tree.get::<f32>(w)?, 2.0);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    #[inline]
+    pub fn get<T: Any>(&self, var: VarId) -> Result<&T, Error> {
+        let slot = self.var_slot_unretired(var)?;
+        if let Some(v) = slot.value.as_deref() {
+            if let Some(t) = as_any(v).downcast_ref::<T>() {
+                return Ok(t);
+            }
+        }
+        Err(self.read_error::<T>(var))
+    }
+
+    /// Borrows the value of `var` mutably as a `T`. O(1).
+    ///
+    /// # Errors
+    /// As [`get`](Self::get).
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let w = tree.var(tree.root(), "w")?;
+    /// tree.set(w, vec![1.0_f32, 2.0])?;
+    /// tree.get_mut::<Vec<f32>>(w)?.push(3.0);
+    /// assert_eq!(tree.get::<Vec<f32>>(w)?.len(), 3);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    #[inline]
+    pub fn get_mut<T: Any>(&mut self, var: VarId) -> Result<&mut T, Error> {
+        // Two lookups keep the borrow checker happy on the error path; the
+        // first one is a cheap shared probe.
+        let ok = {
+            let slot = self.var_slot_unretired(var)?;
+            slot.value.as_deref().is_some_and(|v| as_any(v).is::<T>())
+        };
+        if !ok {
+            return Err(self.read_error::<T>(var));
+        }
+        self.var_slot_mut(var)?
+            .value
+            .as_deref_mut()
+            .and_then(|v| as_any_mut(v).downcast_mut::<T>())
+            .ok_or(Error::StaleVar { var })
+    }
+
+    /// Sets the value of `var`, dropping any value it held, of whatever type.
+    /// When it already holds a `T`, the value is overwritten in place without
+    /// allocating; otherwise the value is boxed. O(1).
+    ///
+    /// # Errors
+    /// [`Error::StaleVar`] or [`Error::ForeignVar`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let v = tree.var(tree.root(), "v")?;
+    /// tree.set(v, 1_i32)?;
+    /// tree.set(v, "now a string")?;
+    /// assert!(tree.is::<&str>(v)?);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn set<T: Any + Send + Sync>(&mut self, var: VarId, value: T) -> Result<(), Error> {
+        let slot = self.var_slot_mut(var)?;
+        if let Some(old) = slot
+            .value
+            .as_deref_mut()
+            .and_then(|v| as_any_mut(v).downcast_mut::<T>())
+        {
+            *old = value;
+        } else {
+            slot.value = Some(Box::new(value));
+        }
+        Ok(())
+    }
+
+    /// Replaces a `T` value of `var` and returns the old one; sets it if the
+    /// variable was uninitialised (returning `None`). O(1).
+    ///
+    /// # Errors
+    /// [`Error::TypeMismatch`] if it holds another type (nothing changes);
+    /// [`Error::StaleVar`] or [`Error::ForeignVar`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let v = tree.var(tree.root(), "v")?;
+    /// assert_eq!(tree.replace(v, 1_u64)?, None);
+    /// assert_eq!(tree.replace(v, 2_u64)?, Some(1));
+    /// assert!(tree.replace(v, 3.0_f32).is_err());
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn replace<T: Any + Send + Sync>(
+        &mut self,
+        var: VarId,
+        value: T,
+    ) -> Result<Option<T>, Error> {
+        if !self.is_initialized(var)? {
+            self.set(var, value)?;
+            return Ok(None);
+        }
+        let old = self.get_mut::<T>(var)?;
+        Ok(Some(std::mem::replace(old, value)))
+    }
+
+    /// Moves the `T` value out of `var`, leaving it uninitialised. O(1).
+    ///
+    /// # Errors
+    /// [`Error::Uninitialized`]; [`Error::TypeMismatch`] (nothing changes);
+    /// [`Error::StaleVar`] or [`Error::ForeignVar`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let v = tree.var(tree.root(), "v")?;
+    /// tree.set(v, String::from("state"))?;
+    /// assert_eq!(tree.take::<String>(v)?, "state");
+    /// assert!(!tree.is_initialized(v)?);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn take<T: Any>(&mut self, var: VarId) -> Result<T, Error> {
+        self.get::<T>(var)?;
+        let boxed = self.var_slot_mut(var)?.value.take();
+        match boxed.map(|b| -> Box<dyn Any> { b }) {
+            Some(b) => b
+                .downcast::<T>()
+                .map(|t| *t)
+                .map_err(|_| Error::StaleVar { var }),
+            None => Err(Error::StaleVar { var }),
+        }
+    }
+
+    /// Drops the value of `var`, leaving it uninitialised (Paddle's `Clear`).
+    /// Returns whether there was a value. O(1).
+    ///
+    /// # Errors
+    /// [`Error::StaleVar`] or [`Error::ForeignVar`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let v = tree.var(tree.root(), "v")?;
+    /// tree.set(v, 1_u8)?;
+    /// assert!(tree.clear(v)?);
+    /// assert!(!tree.clear(v)?);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn clear(&mut self, var: VarId) -> Result<bool, Error> {
+        Ok(self.var_slot_mut(var)?.value.take().is_some())
+    }
+
+    /// Whether `var` holds a `T` (Paddle's `IsType<T>`); `false` when
+    /// uninitialised. O(1).
+    ///
+    /// # Errors
+    /// [`Error::StaleVar`] or [`Error::ForeignVar`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let v = tree.var(tree.root(), "v")?;
+    /// assert!(!tree.is::<f32>(v)?);
+    /// tree.set(v, 1.0_f32)?;
+    /// assert!(tree.is::<f32>(v)?);
+    /// assert!(!tree.is::<f64>(v)?);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn is<T: Any>(&self, var: VarId) -> Result<bool, Error> {
+        Ok(self
+            .var_slot(var)?
+            .value
+            .as_deref()
+            .is_some_and(|v| as_any(v).is::<T>()))
+    }
+
+    /// Whether `var` holds a value (Paddle's `IsInitialized`). O(1).
+    ///
+    /// # Errors
+    /// [`Error::StaleVar`] or [`Error::ForeignVar`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let v = tree.var(tree.root(), "v")?;
+    /// assert!(!tree.is_initialized(v)?);
+    /// tree.set(v, ())?;
+    /// assert!(tree.is_initialized(v)?);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn is_initialized(&self, var: VarId) -> Result<bool, Error> {
+        Ok(self.var_slot(var)?.value.is_some())
+    }
+
+    /// The name of the type `var` holds (as `std::any::type_name` gives it);
+    /// `None` when uninitialised. O(1).
+    ///
+    /// # Errors
+    /// [`Error::StaleVar`] or [`Error::ForeignVar`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let v = tree.var(tree.root(), "v")?;
+    /// assert_eq!(tree.type_name(v)?, None);
+    /// tree.set(v, 1.0_f32)?;
+    /// assert_eq!(tree.type_name(v)?, Some("f32"));
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn type_name(&self, var: VarId) -> Result<Option<&'static str>, Error> {
+        Ok(self.var_slot(var)?.value.as_deref().map(Payload::type_name))
+    }
+
+    /// Borrows the `T` value of `var` mutably, first setting it to `init()` if
+    /// the variable is uninitialised (Paddle's `GetMutable<T>`). O(1).
+    ///
+    /// # Errors
+    /// [`Error::TypeMismatch`] if it holds another type (nothing changes, and
+    /// `init` is not called); [`Error::StaleVar`] or [`Error::ForeignVar`].
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let v = tree.var(tree.root(), "v")?;
+    /// tree.get_or_insert_with(v, || vec![0.0_f32; 3])?[1] = 5.0;
+    /// assert_eq!(tree.get::<Vec<f32>>(v)?, &[0.0, 5.0, 0.0]);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn get_or_insert_with<T: Any + Send + Sync>(
+        &mut self,
+        var: VarId,
+        init: impl FnOnce() -> T,
+    ) -> Result<&mut T, Error> {
+        if !self.is_initialized(var)? {
+            self.var_slot_mut(var)?.value = Some(Box::new(init()));
+        }
+        self.get_mut::<T>(var)
+    }
+
+    /// [`get_or_insert_with`](Self::get_or_insert_with) with `T::default()`.
+    ///
+    /// # Errors
+    /// As [`get_or_insert_with`](Self::get_or_insert_with).
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let steps = tree.var(tree.root(), "steps")?;
+    /// *tree.get_or_default::<u64>(steps)? += 1;
+    /// assert_eq!(*tree.get::<u64>(steps)?, 1);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn get_or_default<T: Any + Send + Sync + Default>(
+        &mut self,
+        var: VarId,
+    ) -> Result<&mut T, Error> {
+        self.get_or_insert_with(var, T::default)
+    }
+
+    /// Borrows the `T` values of `N` distinct variables mutably at once, for
+    /// example a parameter and its gradient. O(N²) to check distinctness
+    /// (N is small), then O(N).
+    ///
+    /// # Errors
+    /// [`Error::AliasedVar`] if a handle is passed twice; otherwise the errors
+    /// of [`get`](Self::get) for the first handle that fails.
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let root = tree.root();
+    /// let (w, g) = (tree.var(root, "w")?, tree.var(root, "w@GRAD")?);
+    /// tree.set(w, vec![1.0_f32, 1.0])?;
+    /// tree.set(g, vec![0.5_f32, -0.5])?;
+    /// let [w_val, g_val] = tree.get_disjoint_mut::<Vec<f32>, 2>([w, g])?;
+    /// for (p, d) in w_val.iter_mut().zip(g_val.iter()) {
+    ///     *p -= 0.1 * d;
+    /// }
+    /// assert_eq!(tree.get::<Vec<f32>>(w)?, &[0.95, 1.05]);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn get_disjoint_mut<T: Any, const N: usize>(
+        &mut self,
+        vars: [VarId; N],
+    ) -> Result<[&mut T; N], Error> {
+        for (i, v) in vars.iter().enumerate() {
+            self.get::<T>(*v)?;
+            if vars[..i].contains(v) {
+                let (name, scope) = self.describe_var(*v);
+                return Err(Error::AliasedVar { name, scope });
+            }
+        }
+        let first = vars.first().copied();
+        let slots = self
+            .vars
+            .get_disjoint_mut(vars.map(|v| v.key))
+            .ok_or_else(|| stale_of(first))?;
+        let typed = slots.map(|s| {
+            s.value
+                .as_deref_mut()
+                .and_then(|v| as_any_mut(v).downcast_mut::<T>())
+        });
+        if typed.iter().any(Option::is_none) {
+            return Err(stale_of(first));
+        }
+        // Every entry was checked to be `Some` just above.
+        Ok(typed.map(|t| t.unwrap_or_else(|| unreachable!("checked above"))))
+    }
+}
+
+/// A stale-handle error for a call whose handles were all checked before;
+/// reaching it would be a bug, reported as an error rather than a panic.
+fn stale_of(var: Option<VarId>) -> Error {
+    match var {
+        Some(var) => Error::StaleVar { var },
+        None => Error::RootScope,
+    }
+}
