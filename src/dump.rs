@@ -120,7 +120,10 @@ impl ScopeTree {
                 .vars
                 .get(e.var)
                 .and_then(|v| v.value.as_deref())
-                .map_or("<uninitialised>", crate::value::Payload::type_name);
+                .map_or_else(
+                    || "<uninitialised>".to_owned(),
+                    |v| crate::error::short_type_name(v.type_name()),
+                );
             write!(f, "{prefix}{}: {ty}{sep}", self.names.text(e.sym))?;
         }
         Ok(())

@@ -49,6 +49,39 @@ impl fmt::Display for ShowPath<'_> {
     }
 }
 
+/// Shortens a type name as `std::any::type_name` writes it by dropping the
+/// module path of every path segment: `alloc::vec::Vec<f32>` becomes
+/// `Vec<f32>`.
+///
+/// ```
+/// assert_eq!(scopetree::short_type_name("alloc::vec::Vec<core::option::Option<f32>>"), "Vec<Option<f32>>");
+/// assert_eq!(scopetree::short_type_name("f32"), "f32");
+/// ```
+pub fn short_type_name(full: &str) -> String {
+    let mut out = String::with_capacity(full.len());
+    let mut segment_start = 0;
+    for (i, c) in full.char_indices() {
+        if c.is_alphanumeric() || c == '_' || c == ':' {
+            continue;
+        }
+        push_last_segment(&mut out, &full[segment_start..i]);
+        out.push(c);
+        segment_start = i + c.len_utf8();
+    }
+    push_last_segment(&mut out, &full[segment_start..]);
+    out
+}
+
+fn push_last_segment(out: &mut String, path: &str) {
+    out.push_str(path.rsplit("::").next().unwrap_or(path));
+}
+
+/// `a` shortened, unless that would make it read the same as `b` shortened.
+fn show_type(a: &str, b: &str) -> String {
+    let (sa, sb) = (short_type_name(a), short_type_name(b));
+    if sa == sb && a != b { a.to_owned() } else { sa }
+}
+
 /// Everything that can go wrong when using a [`ScopeTree`](crate::ScopeTree).
 ///
 /// Absence is not an error: lookups return `Ok(None)` for a name that is not
@@ -170,9 +203,12 @@ pub enum Error {
     },
     /// The variable holds a value of another type than the one asked for.
     #[error(
-        "variable `{name}` in scope `{}` holds a `{found}`, not a `{expected}`; \
-         read it as `{found}`, or `set` a new value to change its type",
-        ShowPath(scope)
+        "variable `{name}` in scope `{}` holds a `{}`, not a `{}`; \
+         read it as `{}`, or `set` a new value to change its type",
+        ShowPath(scope),
+        show_type(found, expected),
+        show_type(expected, found),
+        show_type(found, expected)
     )]
     TypeMismatch {
         /// The variable's name.
@@ -186,9 +222,10 @@ pub enum Error {
     },
     /// The variable holds no value yet.
     #[error(
-        "variable `{name}` in scope `{}` is uninitialised (asked for a `{expected}`); \
+        "variable `{name}` in scope `{}` is uninitialised (asked for a `{}`); \
          `set` it first or use `get_or_insert_with`",
-        ShowPath(scope)
+        ShowPath(scope),
+        short_type_name(expected)
     )]
     Uninitialized {
         /// The variable's name.
@@ -234,6 +271,16 @@ pub enum Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn same_short_names_fall_back_to_full_paths() {
+        assert_eq!(show_type("a::T", "b::T"), "a::T");
+        assert_eq!(show_type("a::T", "f32"), "T");
+        assert_eq!(
+            short_type_name("(a::B, [c::D; 4], &'static str)"),
+            "(B, [D; 4], &'static str)"
+        );
+    }
 
     #[test]
     fn root_path_is_shown_as_root() {

@@ -60,7 +60,7 @@ mod value;
 mod vars;
 
 pub use dump::{Dot, Dump};
-pub use error::{Error, InvalidNameReason};
+pub use error::{Error, InvalidNameReason, short_type_name};
 pub use handle::{ScopeId, TreeTag, VarId};
 pub use names::{Name, NameRef, SEPARATOR, Symbol, validate_name};
 pub use traverse::{Ancestors, Descendants, Kids, LocalVars};

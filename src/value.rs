@@ -46,7 +46,7 @@ impl ScopeTree {
             Err(e) => return e,
         };
         let (name, scope) = self.describe_var(var);
-        match &slot.value {
+        match slot.value.as_deref() {
             None => Error::Uninitialized {
                 name,
                 scope,
