@@ -76,3 +76,8 @@ pub use tree::{INLINE_VARS, ScopeTree, scope_slot_bytes, var_slot_bytes};
 /// assert!(lookup(&scopetree::ScopeTree::new()).is_ok());
 /// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The README's code blocks, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
