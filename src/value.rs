@@ -383,6 +383,59 @@ impl ScopeTree {
     }
 }
 
+impl ScopeTree {
+    /// Borrows the values of two distinct variables mutably at once, each as
+    /// its own type (for values of one type, see
+    /// [`get_disjoint_mut`](Self::get_disjoint_mut)). O(1).
+    ///
+    /// # Errors
+    /// [`Error::AliasedVar`] if `a == b`; otherwise the errors of
+    /// [`get`](Self::get) for the first handle that fails.
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let root = tree.root();
+    /// let (steps, loss) = (tree.var(root, "steps")?, tree.var(root, "loss")?);
+    /// tree.set(steps, 0_u64)?;
+    /// tree.set(loss, vec![0.5_f32])?;
+    /// let (n, l) = tree.get_pair_mut::<u64, Vec<f32>>(steps, loss)?;
+    /// *n += 1;
+    /// l.push(0.25);
+    /// assert_eq!(*tree.get::<u64>(steps)?, 1);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn get_pair_mut<A: Any, B: Any>(
+        &mut self,
+        a: VarId,
+        b: VarId,
+    ) -> Result<(&mut A, &mut B), Error> {
+        self.get::<A>(a)?;
+        self.get::<B>(b)?;
+        if a == b {
+            let (name, scope) = self.describe_var(a);
+            return Err(Error::AliasedVar { name, scope });
+        }
+        let [sa, sb] = self
+            .vars
+            .get_disjoint_mut([a.key, b.key])
+            .ok_or(Error::StaleVar { var: a })?;
+        let va = sa
+            .value
+            .as_deref_mut()
+            .and_then(|v| as_any_mut(v).downcast_mut::<A>());
+        let vb = sb
+            .value
+            .as_deref_mut()
+            .and_then(|v| as_any_mut(v).downcast_mut::<B>());
+        match (va, vb) {
+            (Some(va), Some(vb)) => Ok((va, vb)),
+            // Both were checked by `get` above.
+            _ => Err(Error::StaleVar { var: a }),
+        }
+    }
+}
+
 /// A stale-handle error for a call whose handles were all checked before;
 /// reaching it would be a bug, reported as an error rather than a panic.
 fn stale_of(var: Option<VarId>) -> Error {

@@ -232,3 +232,28 @@ fn reads_through_a_shared_tree_from_many_threads() -> scopetree::Result<()> {
     });
     Ok(())
 }
+
+#[test]
+fn pair_mutable_access_of_two_types() -> scopetree::Result<()> {
+    let mut tree = ScopeTree::new();
+    let root = tree.root();
+    let step = tree.var(root, "step")?;
+    let hist = tree.var(root, "hist")?;
+    tree.set(step, 0_u32)?;
+    tree.set(hist, Vec::<u32>::new())?;
+    for _ in 0..3 {
+        let (s, h) = tree.get_pair_mut::<u32, Vec<u32>>(step, hist)?;
+        *s += 1;
+        h.push(*s);
+    }
+    assert_eq!(tree.get::<Vec<u32>>(hist)?, &[1, 2, 3]);
+    assert!(matches!(
+        tree.get_pair_mut::<u32, u32>(step, step),
+        Err(Error::AliasedVar { .. })
+    ));
+    assert!(matches!(
+        tree.get_pair_mut::<u32, u32>(step, hist),
+        Err(Error::TypeMismatch { .. })
+    ));
+    Ok(())
+}
