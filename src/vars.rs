@@ -140,12 +140,7 @@ impl ScopeTree {
         names: impl IntoIterator<Item = N>,
     ) -> Result<usize, Error> {
         let s = self.check_scope(scope)?;
-        let mut syms = Vec::new();
-        for n in names {
-            if let Some(sym) = self.lookup_name(n.as_name_ref())? {
-                syms.push(sym);
-            }
-        }
+        let syms = self.lookup_names(names)?;
         Ok(self.erase_where(s, |sym| syms.contains(&sym)))
     }
 
@@ -174,13 +169,20 @@ impl ScopeTree {
         keep: impl IntoIterator<Item = N>,
     ) -> Result<usize, Error> {
         let s = self.check_scope(scope)?;
+        let syms = self.lookup_names(keep)?;
+        Ok(self.erase_where(s, |sym| !syms.contains(&sym)))
+    }
+
+    /// The symbols of those `names` the tree has seen; fails on the first
+    /// invalid or foreign name.
+    fn lookup_names<N: Name>(&self, names: impl IntoIterator<Item = N>) -> Result<Vec<u32>, Error> {
         let mut syms = Vec::new();
-        for n in keep {
+        for n in names {
             if let Some(sym) = self.lookup_name(n.as_name_ref())? {
                 syms.push(sym);
             }
         }
-        Ok(self.erase_where(s, |sym| !syms.contains(&sym)))
+        Ok(syms)
     }
 
     /// Erases the local variables of `s` whose symbol satisfies `pred`.
