@@ -45,3 +45,8 @@ pub use scope::{Reuse, ScopeOpts, VarScope};
 pub use shape::{HasShape, Shape};
 pub use store::VariableStore;
 pub use template::Template;
+
+/// The code blocks of `docs/sharing.md`, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/sharing.md")]
+struct SharingDocDoctests;
