@@ -454,7 +454,8 @@ impl VariableStore {
     /// `get_local_variable`): as [`get_variable`](Self::get_variable), but the
     /// variable is never trainable and joins [`LOCAL_VARIABLES`] (after the
     /// spec's collections, if any) instead of [`GLOBAL_VARIABLES`].
-    /// Same cost as `get_variable`.
+    /// Same cost as `get_variable`: O(depth × kids per level) plus the
+    /// initializer on create.
     ///
     /// # Errors
     /// As [`get_variable`](Self::get_variable).

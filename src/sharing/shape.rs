@@ -184,7 +184,12 @@ impl From<Vec<usize>> for Shape {
 /// assert_eq!(vec![vec![1.0_f32; 3]; 2].shape(), Shape::new([2, 3]));
 /// ```
 pub trait HasShape {
-    /// The shape of this value.
+    /// The shape of this value. O(rank) for the impls of this crate.
+    ///
+    /// ```
+    /// use scopetree::sharing::{HasShape, Shape};
+    /// assert_eq!([1_u8, 2, 3].shape(), Shape::new([3]));
+    /// ```
     fn shape(&self) -> Shape;
 }
 
