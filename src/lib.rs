@@ -42,6 +42,7 @@
 //! | `traverse` | [`Kids`], [`Ancestors`], [`Descendants`], [`LocalVars`] |
 //! | `dump` | [`Dump`], [`Dot`] |
 //! | `error` | [`Error`] |
+//! | [`sharing`] | TensorFlow-1-style sharing: [`sharing::VariableStore`], `get_variable`, templates |
 //!
 //! See `docs/design.md` for the arena, handles, invariants and complexities.
 
@@ -54,6 +55,7 @@ mod error;
 mod handle;
 mod lookup;
 mod names;
+pub mod sharing;
 mod traverse;
 mod tree;
 mod value;

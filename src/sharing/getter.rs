@@ -1,0 +1,699 @@
+//! `get_variable`: the [`VarSpec`] a call gives, the custom-getter chain
+//! ([`CustomGetter`], [`GetterArgs`], [`NextGetter`]) and the true getter with
+//! TensorFlow's four cases.
+
+use std::any::{Any, TypeId, type_name};
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::Error;
+use crate::handle::{ScopeId, VarId};
+use crate::sharing::collections::{GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES};
+use crate::sharing::init::{ErasedInit, InitKind, Initializer};
+use crate::sharing::scope::{Reuse, VarScope};
+use crate::sharing::shape::{HasShape, Shape};
+use crate::sharing::store::{VarMeta, VariableStore, split_path};
+use crate::tree::ScopeTree;
+
+/// What one `get_variable` call asks for: the name (relative to the scope),
+/// and optionally a shape, an initializer, the trainable flag, the
+/// collections, a reuse mode for this call only, and a custom getter that
+/// replaces the scope's chain for this call.
+///
+/// ```
+/// use scopetree::sharing::{Initializer, VarSpec};
+/// let spec = VarSpec::new("w")
+///     .shape([2])
+///     .initializer(Initializer::with_shape(|s: &[usize]| vec![0.0_f32; s[0]]))
+///     .trainable(true);
+/// assert_eq!(spec.name(), "w");
+/// ```
+pub struct VarSpec<T> {
+    name: String,
+    shape: Option<Shape>,
+    init: Option<Initializer<T>>,
+    trainable: Option<bool>,
+    collections: Option<Vec<String>>,
+    reuse: Reuse,
+    getter: Option<CustomGetter>,
+}
+
+impl<T> fmt::Debug for VarSpec<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VarSpec")
+            .field("name", &self.name)
+            .field("shape", &self.shape)
+            .field("initializer", &self.init)
+            .field("trainable", &self.trainable)
+            .field("collections", &self.collections)
+            .field("reuse", &self.reuse)
+            .field("custom_getter", &self.getter.is_some())
+            .finish()
+    }
+}
+
+impl<T> VarSpec<T> {
+    /// A spec for the variable `name`, relative to the scope it is asked in
+    /// (it may contain `/`: `"a/b"` is `b` in the sub-scope `a`). O(1).
+    ///
+    /// ```
+    /// use scopetree::sharing::VarSpec;
+    /// assert_eq!(VarSpec::<f32>::new("v").name(), "v");
+    /// ```
+    pub fn new(name: impl Into<String>) -> Self {
+        VarSpec {
+            name: name.into(),
+            shape: None,
+            init: None,
+            trainable: None,
+            collections: None,
+            reuse: Reuse::Inherit,
+            getter: None,
+        }
+    }
+
+    /// The name asked for. O(1).
+    ///
+    /// ```
+    /// use scopetree::sharing::VarSpec;
+    /// assert_eq!(VarSpec::<u8>::new("b").name(), "b");
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The expected shape: checked against the held value on reuse and
+    /// against the initializer's value on create, and passed to a
+    /// shape-taking initializer. Without it the shape is unknown and matches
+    /// anything. O(rank).
+    ///
+    /// ```
+    /// use scopetree::sharing::{Shape, VarSpec};
+    /// let spec = VarSpec::<Vec<f32>>::new("v").shape(Shape::from_dims([None]));
+    /// # let _ = spec;
+    /// ```
+    pub fn shape(mut self, shape: impl Into<Shape>) -> Self {
+        self.shape = Some(shape.into());
+        self
+    }
+
+    /// The initializer, used only if the variable is created; it wins over
+    /// the scope's default for `T`. O(1).
+    ///
+    /// ```
+    /// use scopetree::sharing::{Initializer, VarSpec};
+    /// let spec = VarSpec::new("v").initializer(Initializer::constant(0_u32));
+    /// # let _ = spec;
+    /// ```
+    pub fn initializer(mut self, init: Initializer<T>) -> Self {
+        self.init = Some(init);
+        self
+    }
+
+    /// Whether a created variable is trainable (added to
+    /// [`TRAINABLE_VARIABLES`]); wins over the scope default; without either,
+    /// `true`. O(1).
+    ///
+    /// ```
+    /// use scopetree::sharing::VarSpec;
+    /// let spec = VarSpec::<f32>::new("step").trainable(false);
+    /// # let _ = spec;
+    /// ```
+    pub fn trainable(mut self, trainable: bool) -> Self {
+        self.trainable = Some(trainable);
+        self
+    }
+
+    /// The collections a created variable joins, replacing the default
+    /// [`GLOBAL_VARIABLES`] (as in TensorFlow); a trainable variable also joins
+    /// [`TRAINABLE_VARIABLES`]. O(number of collections).
+    ///
+    /// ```
+    /// use scopetree::sharing::VarSpec;
+    /// let spec = VarSpec::<f32>::new("v").collections(["variables", "mine"]);
+    /// # let _ = spec;
+    /// ```
+    pub fn collections<S: Into<String>>(
+        mut self,
+        collections: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.collections = Some(collections.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// A reuse mode for this call only (TensorFlow's `reuse=` argument of
+    /// `get_variable`); `Inherit` (the default) takes the scope's. O(1).
+    ///
+    /// ```
+    /// use scopetree::sharing::{Reuse, VarSpec};
+    /// let spec = VarSpec::<f32>::new("v").reuse(Reuse::AutoReuse);
+    /// # let _ = spec;
+    /// ```
+    pub fn reuse(mut self, reuse: Reuse) -> Self {
+        self.reuse = reuse;
+        self
+    }
+
+    /// A custom getter for this call only: it *replaces* the scope's chain
+    /// (as TensorFlow's `custom_getter=` argument does). O(1).
+    ///
+    /// ```
+    /// use scopetree::sharing::{CustomGetter, VarSpec};
+    /// let spec = VarSpec::<f32>::new("v").custom_getter(CustomGetter::new(|s, a, next| next.get(s, a)));
+    /// # let _ = spec;
+    /// ```
+    pub fn custom_getter(mut self, getter: CustomGetter) -> Self {
+        self.getter = Some(getter);
+        self
+    }
+}
+
+type GetterFn =
+    dyn Fn(&mut VariableStore, GetterArgs, NextGetter<'_>) -> Result<VarId, Error> + Send + Sync;
+
+/// A custom getter (TensorFlow's `custom_getter`): a closure that receives
+/// the resolved arguments of a `get_variable` call and the next getter of the
+/// chain, and returns a variable handle.
+///
+/// It runs on every `get_variable` through its scope, on create and on reuse.
+/// It may change the arguments (the full name, the shape, the trainable
+/// flag, ...) before calling `next`, call `next` several times to create
+/// several variables, or not call it at all. Getters set on nested scopes
+/// chain: the innermost runs first and its `next` is the next-outer getter,
+/// down to the true getter.
+///
+/// ```
+/// use std::sync::{Arc, atomic::{AtomicUsize, Ordering}};
+/// use scopetree::sharing::{CustomGetter, Initializer, ScopeOpts, VariableStore, VarSpec};
+/// let calls = Arc::new(AtomicUsize::new(0));
+/// let seen = Arc::clone(&calls);
+/// let counting = CustomGetter::new(move |store, args, next| {
+///     seen.fetch_add(1, Ordering::Relaxed);
+///     next.get(store, args)
+/// });
+/// let mut store = VariableStore::new();
+/// let root = store.root_scope();
+/// store.variable_scope(&root, "s", ScopeOpts::new().custom_getter(counting), |store, s| {
+///     store.get_variable(s, VarSpec::new("v").initializer(Initializer::constant(1.0_f32)))
+/// })?;
+/// assert_eq!(calls.load(Ordering::Relaxed), 1);
+/// # Ok::<(), scopetree::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct CustomGetter(Arc<GetterFn>);
+
+impl CustomGetter {
+    /// Wraps a closure as a custom getter. O(1).
+    ///
+    /// ```
+    /// use scopetree::sharing::CustomGetter;
+    /// let identity = CustomGetter::new(|store, args, next| next.get(store, args));
+    /// # let _ = identity;
+    /// ```
+    pub fn new<F>(f: F) -> Self
+    where
+        F: Fn(&mut VariableStore, GetterArgs, NextGetter<'_>) -> Result<VarId, Error>
+            + Send
+            + Sync
+            + 'static,
+    {
+        CustomGetter(Arc::new(f))
+    }
+}
+
+impl fmt::Debug for CustomGetter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CustomGetter")
+    }
+}
+
+/// How the true getter checks and reads a value of the requested type.
+#[derive(Copy, Clone)]
+pub(crate) struct TypeInfo {
+    pub(crate) id: TypeId,
+    pub(crate) name: &'static str,
+    shape_of: fn(&ScopeTree, VarId) -> Option<Shape>,
+    holds: fn(&ScopeTree, VarId) -> bool,
+}
+
+fn shape_of<T: HasShape + Any>(tree: &ScopeTree, var: VarId) -> Option<Shape> {
+    tree.get::<T>(var).ok().map(HasShape::shape)
+}
+
+fn holds<T: Any>(tree: &ScopeTree, var: VarId) -> bool {
+    tree.is::<T>(var).unwrap_or(false)
+}
+
+impl TypeInfo {
+    fn of<T: HasShape + Any>() -> Self {
+        TypeInfo {
+            id: TypeId::of::<T>(),
+            name: type_name::<T>(),
+            shape_of: shape_of::<T>,
+            holds: holds::<T>,
+        }
+    }
+}
+
+/// The resolved arguments of one `get_variable` call, as custom getters see
+/// them (TensorFlow passes the same as keyword arguments). A getter may
+/// change any public field before passing them on.
+///
+/// ```
+/// use scopetree::sharing::{CustomGetter, Initializer, VariableStore, VarSpec};
+/// // A getter that renames every variable it sees.
+/// let rename = CustomGetter::new(|store, mut args, next| {
+///     args.name.push_str("_renamed");
+///     next.get(store, args)
+/// });
+/// let mut store = VariableStore::new();
+/// let root = store.root_scope();
+/// let v = store.get_variable(&root, VarSpec::new("v")
+///     .initializer(Initializer::constant(1_u8)).custom_getter(rename))?;
+/// assert_eq!(store.full_name(v)?, "v_renamed");
+/// # Ok::<(), scopetree::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct GetterArgs {
+    /// The full name: the scope's full name, `/`, the spec's name.
+    pub name: String,
+    /// The spec's shape (`None`: unknown).
+    pub shape: Option<Shape>,
+    /// The resolved trainable flag.
+    pub trainable: bool,
+    /// The resolved reuse mode (the spec's, else the scope's).
+    pub reuse: Reuse,
+    /// The collections a created variable joins.
+    pub collections: Vec<String>,
+    pub(crate) ty: TypeInfo,
+    pub(crate) init: Option<ErasedInit>,
+    /// The scope the call was made in: resolution starts there when the
+    /// name still lies under it.
+    pub(crate) base: (ScopeId, Arc<str>),
+}
+
+impl GetterArgs {
+    /// The name of the value type the call asked for. O(1).
+    ///
+    /// ```
+    /// use scopetree::sharing::{CustomGetter, Initializer, VariableStore, VarSpec};
+    /// let check = CustomGetter::new(|store, args, next| {
+    ///     assert_eq!(args.value_type(), "f32");
+    ///     next.get(store, args)
+    /// });
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// store.get_variable(&root, VarSpec::new("v").initializer(Initializer::constant(1.0_f32)).custom_getter(check))?;
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn value_type(&self) -> &'static str {
+        self.ty.name
+    }
+
+    /// Whether an initializer was resolved (from the spec or the scope). O(1).
+    ///
+    /// ```
+    /// use scopetree::sharing::{CustomGetter, VariableStore, VarSpec};
+    /// let check = CustomGetter::new(|store, args, next| {
+    ///     assert!(!args.has_initializer());
+    ///     next.get(store, args)
+    /// });
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// assert!(store.get_variable::<f32>(&root, VarSpec::new("v").custom_getter(check)).is_err());
+    /// ```
+    pub fn has_initializer(&self) -> bool {
+        self.init.is_some()
+    }
+}
+
+impl fmt::Debug for GetterArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GetterArgs")
+            .field("name", &self.name)
+            .field("shape", &self.shape)
+            .field("trainable", &self.trainable)
+            .field("reuse", &self.reuse)
+            .field("collections", &self.collections)
+            .field("value_type", &self.ty.name)
+            .field("has_initializer", &self.init.is_some())
+            .finish()
+    }
+}
+
+/// The rest of a custom-getter chain: calling [`get`](NextGetter::get) runs
+/// the next-outer getter, or the true getter at the end of the chain. `Copy`,
+/// so a getter may call it several times.
+///
+/// ```
+/// use scopetree::sharing::{CustomGetter, Initializer, VariableStore, VarSpec};
+/// // A getter that makes two variables `<name>/0` and `<name>/1` and returns the first.
+/// let twice = CustomGetter::new(|store, args, next| {
+///     let mut a = args.clone();
+///     a.name.push_str("/0");
+///     let first = next.get(store, a)?;
+///     let mut b = args;
+///     b.name.push_str("/1");
+///     next.get(store, b)?;
+///     Ok(first)
+/// });
+/// let mut store = VariableStore::new();
+/// let root = store.root_scope();
+/// store.get_variable(&root, VarSpec::new("v").initializer(Initializer::constant(0_i32)).custom_getter(twice))?;
+/// assert_eq!(store.global_variables(None)?.len(), 2);
+/// # Ok::<(), scopetree::Error>(())
+/// ```
+#[derive(Copy, Clone)]
+pub struct NextGetter<'a> {
+    rest: &'a [CustomGetter],
+}
+
+impl fmt::Debug for NextGetter<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NextGetter({} left)", self.rest.len())
+    }
+}
+
+impl NextGetter<'_> {
+    /// Runs the rest of the chain with `args`. O(the getters it runs) plus
+    /// the true getter's cost (see
+    /// [`get_variable`](VariableStore::get_variable)).
+    ///
+    /// # Errors
+    /// Whatever the next getter returns; the true getter's errors are listed
+    /// on [`get_variable`](VariableStore::get_variable).
+    ///
+    /// ```
+    /// use scopetree::sharing::CustomGetter;
+    /// let pass_through = CustomGetter::new(|store, args, next| next.get(store, args));
+    /// # let _ = pass_through;
+    /// ```
+    pub fn get(self, store: &mut VariableStore, args: GetterArgs) -> Result<VarId, Error> {
+        match self.rest.split_last() {
+            Some((getter, rest)) => (getter.0)(store, args, NextGetter { rest }),
+            None => store.true_getter(args),
+        }
+    }
+}
+
+impl VariableStore {
+    /// Gets the variable `spec.name` of the scope `scope`, or creates it:
+    /// TensorFlow 1's `tf.get_variable`, with its four cases:
+    ///
+    /// | variable | scope's reuse mode | result |
+    /// |---|---|---|
+    /// | exists | `Inherit` (create only) | [`Error::VariableExists`], which suggests the reuse modes |
+    /// | exists | `Reuse` or `AutoReuse` | the same handle, after checking the held type ([`Error::ShareTypeMismatch`]) and shape ([`Error::ShapeMismatch`]) |
+    /// | absent | `Reuse` | [`Error::VariableMissing`] |
+    /// | absent | `Inherit` or `AutoReuse` | created with the initializer |
+    ///
+    /// The name resolves to the full name `{scope.name()}/{spec.name}` and
+    /// exactly there: parents are *not* searched. (Searching parents is
+    /// [`ScopeTree::find_var`]'s job; both exist, under distinct names.)
+    /// Custom getters of the scope (or the spec's own) run first, on create
+    /// and on reuse alike. On reuse the spec's initializer, trainable flag and
+    /// collections are ignored, as in TensorFlow.
+    ///
+    /// O(depth × kids per level) to resolve the full name, plus the
+    /// initializer on create and O(number of collections) to record it.
+    ///
+    /// # Errors
+    /// The four cases above; [`Error::InitializerRequired`] when creating with
+    /// no initializer; [`Error::ConstantWithShape`], [`Error::ShapeRequired`]
+    /// and [`Error::InitShapeMismatch`] for an initializer that does not fit
+    /// the spec; [`Error::InvalidName`] for an empty name or empty path
+    /// component; [`Error::StaleScope`] or [`Error::ForeignScope`] if
+    /// `scope`'s place was deleted or belongs to another store; and whatever a
+    /// custom getter returns.
+    ///
+    /// ```
+    /// use scopetree::{Error, sharing::{Initializer, Reuse, ScopeOpts, VariableStore, VarSpec}};
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// let spec = || VarSpec::new("w").initializer(Initializer::constant(vec![0.0_f32; 2]));
+    /// let w = store.variable_scope(&root, "layer", ScopeOpts::new(), |store, vs| {
+    ///     store.get_variable(vs, VarSpec::new("w").initializer(Initializer::constant(vec![0.0_f32; 2])))
+    /// })?;
+    /// assert_eq!(store.full_name(w)?, "layer/w");
+    /// let again = store.variable_scope(&root, "layer", Reuse::Reuse, |store, vs| {
+    ///     store.get_variable(vs, VarSpec::<Vec<f32>>::new("w").shape([2]))
+    /// })?;
+    /// assert_eq!(again, w);
+    /// let err = store.variable_scope(&root, "layer", ScopeOpts::new(), |s, vs| s.get_variable(vs, spec()));
+    /// assert!(matches!(err, Err(Error::VariableExists { .. })));
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn get_variable<T>(&mut self, scope: &VarScope, spec: VarSpec<T>) -> Result<VarId, Error>
+    where
+        T: HasShape + Send + Sync + 'static,
+    {
+        self.get_variable_impl(scope, spec, false)
+    }
+
+    /// Gets or creates a *local* variable (TensorFlow's
+    /// `get_local_variable`): as [`get_variable`](Self::get_variable), but the
+    /// variable is never trainable and joins [`LOCAL_VARIABLES`] (after the
+    /// spec's collections, if any) instead of [`GLOBAL_VARIABLES`].
+    /// Same cost as `get_variable`: O(depth × kids per level) plus the
+    /// initializer on create.
+    ///
+    /// # Errors
+    /// As [`get_variable`](Self::get_variable).
+    ///
+    /// ```
+    /// use scopetree::sharing::{Initializer, VariableStore, VarSpec};
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// let step = store.get_local_variable(&root, VarSpec::new("step").initializer(Initializer::constant(0_u64)))?;
+    /// assert_eq!(store.local_variables(None)?, [("step".to_string(), step)]);
+    /// assert!(store.trainable_variables(None)?.is_empty());
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn get_local_variable<T>(
+        &mut self,
+        scope: &VarScope,
+        spec: VarSpec<T>,
+    ) -> Result<VarId, Error>
+    where
+        T: HasShape + Send + Sync + 'static,
+    {
+        self.get_variable_impl(scope, spec, true)
+    }
+
+    fn get_variable_impl<T>(
+        &mut self,
+        scope: &VarScope,
+        spec: VarSpec<T>,
+        local: bool,
+    ) -> Result<VarId, Error>
+    where
+        T: HasShape + Send + Sync + 'static,
+    {
+        self.tree.check_scope(scope.place)?;
+        // A '/' is fine in the name: it names a sub-scope.
+        split_path(&spec.name)?;
+        let reuse = spec.reuse.or(scope.reuse);
+        let name = if scope.name.is_empty() {
+            spec.name
+        } else {
+            format!("{}/{}", scope.name, spec.name)
+        };
+        let init = spec
+            .init
+            .as_ref()
+            .or_else(|| scope.initializer::<T>())
+            .map(Initializer::erase);
+        let (trainable, collections) = if local {
+            let mut c = spec.collections.unwrap_or_default();
+            c.push(LOCAL_VARIABLES.to_owned());
+            (false, c)
+        } else {
+            let trainable = spec.trainable.or(scope.trainable).unwrap_or(true);
+            let mut c = spec
+                .collections
+                .unwrap_or_else(|| vec![GLOBAL_VARIABLES.to_owned()]);
+            if trainable && !c.iter().any(|c| c == TRAINABLE_VARIABLES) {
+                c.push(TRAINABLE_VARIABLES.to_owned());
+            }
+            (trainable, c)
+        };
+        let args = GetterArgs {
+            name,
+            shape: spec.shape,
+            trainable,
+            reuse,
+            collections,
+            ty: TypeInfo::of::<T>(),
+            init,
+            base: (scope.place, Arc::clone(&scope.name)),
+        };
+        match &spec.getter {
+            Some(g) => NextGetter {
+                rest: std::slice::from_ref(g),
+            }
+            .get(self, args),
+            None => NextGetter {
+                rest: &scope.getters,
+            }
+            .get(self, args),
+        }
+    }
+
+    /// The end of every getter chain: TensorFlow's `_true_getter` /
+    /// `_get_single_variable`.
+    pub(crate) fn true_getter(&mut self, args: GetterArgs) -> Result<VarId, Error> {
+        let comps = split_path(&args.name)?;
+        let Some((last, dirs)) = comps.split_last() else {
+            return Err(Error::InvalidName {
+                name: String::new(),
+                reason: crate::error::InvalidNameReason::Empty,
+            });
+        };
+        let scope_path = dirs.join("/");
+        // Start at the calling scope when the name still lies under it.
+        let (base, base_name) = (&args.base.0, &*args.base.1);
+        let base_depth = if base_name.is_empty() {
+            Some(0)
+        } else if args.name.len() > base_name.len()
+            && args.name.starts_with(base_name)
+            && args.name.as_bytes()[base_name.len()] == b'/'
+        {
+            Some(base_name.split('/').count())
+        } else {
+            None
+        };
+        let (start, rel) = match base_depth {
+            Some(d) if self.tree.contains_scope(*base) && d <= dirs.len() => (base.key, &dirs[d..]),
+            _ => (self.tree.root, dirs),
+        };
+
+        if let Some(init) = &args.init {
+            if init.kind == InitKind::Constant && args.shape.is_some() {
+                return Err(Error::ConstantWithShape {
+                    name: (*last).to_owned(),
+                    scope: scope_path,
+                });
+            }
+        }
+
+        let found = match self.resolve(start, rel)? {
+            Some(s) => self
+                .tree
+                .find_local_var(ScopeId::new(s, self.tree.tag), *last)?,
+            None => None,
+        };
+        if let Some(var) = found {
+            return self.share(var, &args, last, scope_path);
+        }
+
+        if args.reuse == Reuse::Reuse {
+            return Err(Error::VariableMissing {
+                name: (*last).to_owned(),
+                scope: scope_path,
+            });
+        }
+        let Some(init) = &args.init else {
+            return Err(Error::InitializerRequired {
+                name: (*last).to_owned(),
+                scope: scope_path,
+                value_type: args.ty.name,
+            });
+        };
+        let dims = match init.kind {
+            InitKind::Shaped => match args.shape.as_ref().and_then(Shape::to_vec) {
+                Some(d) => d,
+                None => {
+                    return Err(Error::ShapeRequired {
+                        name: (*last).to_owned(),
+                        scope: scope_path,
+                        shape: args
+                            .shape
+                            .as_ref()
+                            .map_or_else(|| "unknown".to_owned(), ToString::to_string),
+                    });
+                }
+            },
+            InitKind::Constant | InitKind::NoArgs => Vec::new(),
+        };
+        let (shape, payload) = (init.make)(&dims);
+        if let Some(want) = &args.shape {
+            if !want.is_compatible_with(&shape) {
+                return Err(Error::InitShapeMismatch {
+                    name: (*last).to_owned(),
+                    scope: scope_path,
+                    expected: want.to_string(),
+                    found: shape.to_string(),
+                });
+            }
+        }
+        let place = self.resolve_or_create(start, rel)?;
+        let var = self
+            .tree
+            .create_var(ScopeId::new(place, self.tree.tag), *last)?;
+        self.tree.var_slot_mut(var)?.value = Some(payload);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.var_meta.insert(
+            var.key,
+            VarMeta {
+                shape,
+                trainable: args.trainable,
+                type_id: args.ty.id,
+                type_name: args.ty.name,
+            },
+        );
+        let mut joined: Vec<&str> = Vec::with_capacity(args.collections.len());
+        for c in &args.collections {
+            if !joined.contains(&c.as_str()) {
+                joined.push(c);
+                self.push_member(c, seq, var.key);
+            }
+        }
+        Ok(var)
+    }
+
+    /// Cases 1 and 2: the variable exists.
+    fn share(
+        &self,
+        var: VarId,
+        args: &GetterArgs,
+        last: &str,
+        scope_path: String,
+    ) -> Result<VarId, Error> {
+        if args.reuse == Reuse::Inherit {
+            return Err(Error::VariableExists {
+                name: last.to_owned(),
+                scope: scope_path,
+            });
+        }
+        let meta = self.var_meta.get(var.key);
+        let held = self.tree.type_name(var)?;
+        let type_ok = match held {
+            Some(_) => (args.ty.holds)(&self.tree, var),
+            None => meta.is_none_or(|m| m.type_id == args.ty.id),
+        };
+        if !type_ok {
+            return Err(Error::ShareTypeMismatch {
+                name: last.to_owned(),
+                scope: scope_path,
+                expected: args.ty.name,
+                found: held.or(meta.map(|m| m.type_name)).unwrap_or("?"),
+            });
+        }
+        if let Some(want) = &args.shape {
+            let found =
+                (args.ty.shape_of)(&self.tree, var).or_else(|| meta.map(|m| m.shape.clone()));
+            if let Some(found) = found {
+                if !want.is_compatible_with(&found) {
+                    return Err(Error::ShapeMismatch {
+                        name: last.to_owned(),
+                        scope: scope_path,
+                        expected: want.to_string(),
+                        found: found.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(var)
+    }
+}

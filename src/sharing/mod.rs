@@ -1,0 +1,52 @@
+//! TensorFlow-1-style variable sharing on the scope tree: named variable
+//! scopes with full names, reuse modes, `get_variable`, scope defaults,
+//! custom getters, collections and templates.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `store` | [`VariableStore`], its metadata, entering scopes, default-name counting |
+//! | `scope` | [`VarScope`], [`Reuse`], [`ScopeOpts`] |
+//! | `getter` | [`get_variable`](VariableStore::get_variable), [`VarSpec`], [`CustomGetter`], [`GetterArgs`], [`NextGetter`] |
+//! | `init` | [`Initializer`] |
+//! | `shape` | [`Shape`], [`HasShape`] |
+//! | `collections` | collections, [`GLOBAL_VARIABLES`] and friends |
+//! | `template` | [`Template`] |
+//!
+//! Two lookups coexist and differ on purpose:
+//! [`get_variable`](VariableStore::get_variable) (and
+//! [`VariableStore::variable`]) resolve one exact full name and never look in
+//! parent scopes, as TensorFlow does; [`ScopeTree::find_var`](crate::ScopeTree::find_var)
+//! walks the parent chain, as Paddle does. See `docs/sharing.md`.
+//!
+//! ```
+//! use scopetree::sharing::{Initializer, Reuse, ScopeOpts, VariableStore, VarSpec};
+//! let mut store = VariableStore::new();
+//! let root = store.root_scope();
+//! let spec = || VarSpec::new("w").initializer(Initializer::constant(vec![0.5_f32; 2]));
+//! let a = store.variable_scope(&root, "tower", ScopeOpts::new(), |s, vs| s.get_variable(vs, spec()))?;
+//! let b = store.variable_scope(&root, "tower", Reuse::Reuse, |s, vs| s.get_variable(vs, spec()))?;
+//! assert_eq!(a, b);
+//! assert_eq!(store.full_name(a)?, "tower/w");
+//! # Ok::<(), scopetree::Error>(())
+//! ```
+
+mod collections;
+mod getter;
+mod init;
+mod scope;
+mod shape;
+mod store;
+mod template;
+
+pub use collections::{GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES};
+pub use getter::{CustomGetter, GetterArgs, NextGetter, VarSpec};
+pub use init::Initializer;
+pub use scope::{Reuse, ScopeOpts, VarScope};
+pub use shape::{HasShape, Shape};
+pub use store::VariableStore;
+pub use template::Template;
+
+/// The code blocks of `docs/sharing.md`, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/sharing.md")]
+struct SharingDocDoctests;
