@@ -233,6 +233,7 @@ impl StepScopes {
         }
         self.vars = vars;
         self.syms.push(sym);
+        self.moved.reserve(self.syms.len());
         Ok(self.step_var_at(stride))
     }
 
