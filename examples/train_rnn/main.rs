@@ -1,8 +1,13 @@
 //! Trains a small Elman RNN with backpropagation through time on step scopes,
 //! data-parallel on worker scopes, with handles resolved once and reused
 //! every step. The task (generated from a seed): at every step, predict the
-//! token seen 5 steps before (`--task echo`, or `echoN` for N steps), or the running sum of the tokens
-//! so far modulo their number (`--task sum`).
+//! token seen 5 steps before (`--task echo`, or `echoN` for N steps), or the
+//! running sum of the tokens so far modulo their number (`--task sum`).
+//!
+//! Each epoch prints the training loss and accuracy, the held-out accuracy,
+//! the training speed in steps per second (one step = one time step of one
+//! sequence, forward and backward) and the live scopes and variables of the
+//! tree. See `docs/runtime.md`.
 //!
 //! Run with `cargo run --release --example train_rnn`, or with flags:
 //! `-- --seq-len 20 --hidden 64 --epochs 10 --workers 2 --seed 7`

@@ -7,7 +7,7 @@
 //! the default) or the running sum of the tokens so far modulo `k` (`Sum`).
 //! Chance is `1/k`.
 //!
-//! The tree while training with two workers (`k` = modulus, `B` = sequences
+//! The tree while training with two workers (`k` = tokens, `B` = sequences
 //! per worker, `H` = hidden size; every value is a `Vec<f32>`):
 //!
 //! ```text
