@@ -32,7 +32,8 @@ fn example_tree() -> (ScopeTree, Vec<scopetree::ScopeId>, Vec<StepScopes>) {
         for _ in 0..20 {
             let t = steps.push(&mut tree).unwrap();
             for &sv in &svs {
-                tree.set(steps.var(sv, t).unwrap(), vec![0.0_f32; 64]).unwrap();
+                tree.set(steps.var(sv, t).unwrap(), vec![0.0_f32; 64])
+                    .unwrap();
             }
         }
         workers.push(w);
