@@ -429,6 +429,103 @@ pub enum Error {
         /// The stale scope handle.
         scope: ScopeId,
     },
+    /// A worker of a split ([`ScopeTree::split_workers`](crate::ScopeTree::split_workers))
+    /// used a variable in a way the split does not allow it.
+    #[error(
+        "variable `{name}` in scope `{}`, used by the worker of scope `{}`: {reason}",
+        ShowPath(scope),
+        ShowPath(worker)
+    )]
+    WorkerAccess {
+        /// The variable's name.
+        name: String,
+        /// Path of the variable's scope.
+        scope: String,
+        /// Path of the worker's scope.
+        worker: String,
+        /// What was not allowed, and what to do instead.
+        reason: WorkerAccessReason,
+    },
+    /// Two scopes passed to [`ScopeTree::split_workers`](crate::ScopeTree::split_workers)
+    /// overlap: the same scope twice, or one inside the other.
+    #[error(
+        "worker scopes `{}` and `{}` overlap (the same scope twice, or one inside the other); \
+         give each worker a disjoint subtree, for example sibling kids of the model scope",
+        ShowPath(scope),
+        ShowPath(other)
+    )]
+    OverlappingWorkers {
+        /// Path of one of the two scopes.
+        scope: String,
+        /// Path of the other.
+        other: String,
+    },
+    /// A step of a [`StepScopes`](crate::StepScopes) that is not live was asked for.
+    #[error(
+        "step {step} is not live in the step scopes under `{}` (live steps: {first}..{end}); \
+         `push` it first, or use a larger window to keep older steps",
+        ShowPath(scope)
+    )]
+    NoSuchStep {
+        /// The step asked for.
+        step: usize,
+        /// The oldest live step.
+        first: usize,
+        /// One past the newest live step.
+        end: usize,
+        /// Path of the step scopes' parent scope.
+        scope: String,
+    },
+    /// A [`StepVar`](crate::StepVar) was used with step scopes that did not
+    /// declare it.
+    #[error(
+        "step variable `{name}` was declared by other step scopes, not by the step scopes \
+         under `{}`; get it from these with `declare` or `step_var`",
+        ShowPath(scope)
+    )]
+    ForeignStepVar {
+        /// The step variable's name (or its column, if the name is unknown here).
+        name: String,
+        /// Path of the parent scope of the step scopes it was used with.
+        scope: String,
+    },
+}
+
+/// Why a worker of a split may not use a variable (see [`Error::WorkerAccess`]).
+///
+/// ```
+/// use scopetree::WorkerAccessReason;
+/// assert!(WorkerAccessReason::ReadOnly.to_string().contains("read-only"));
+/// ```
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorkerAccessReason {
+    /// A write to a shared variable (outside every worker's subtree).
+    ReadOnly,
+    /// A read or write of a variable in another worker's subtree.
+    OtherWorker,
+    /// A split-long borrow ([`WorkerScope::shared`](crate::WorkerScope::shared))
+    /// of a variable the worker itself owns and may write.
+    NotShared,
+}
+
+impl fmt::Display for WorkerAccessReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WorkerAccessReason::ReadOnly => {
+                "it is shared and read-only while the tree is split between workers; \
+                 write it after the split ends, on the tree (for example when reducing gradients)"
+            }
+            WorkerAccessReason::OtherWorker => {
+                "it belongs to another worker's subtree; a worker reads and writes only its own \
+                 subtree and reads the shared variables, so use the handle in the worker that owns it"
+            }
+            WorkerAccessReason::NotShared => {
+                "it belongs to this worker, so it cannot be borrowed for the whole split; \
+                 read it with `get`, or borrow several at once with `get_disjoint_mut`"
+            }
+        })
+    }
 }
 
 #[cfg(test)]

@@ -41,6 +41,8 @@
 //! | `names` | [`Symbol`], [`Name`], name validation, the interner |
 //! | `traverse` | [`Kids`], [`Ancestors`], [`Descendants`], [`LocalVars`] |
 //! | `dump` | [`Dump`], [`Dot`] |
+//! | `step` | [`StepScopes`], [`StepVar`]: step scopes for RNNs and training loops |
+//! | `workers` | [`WorkerScope`], [`split_workers`](ScopeTree::split_workers): parallel workers |
 //! | `error` | [`Error`] |
 //! | [`sharing`] | TensorFlow-1-style sharing: [`sharing::VariableStore`], `get_variable`, templates |
 //!
@@ -56,17 +58,21 @@ mod handle;
 mod lookup;
 mod names;
 pub mod sharing;
+mod step;
 mod traverse;
 mod tree;
 mod value;
 mod vars;
+mod workers;
 
 pub use dump::{Dot, Dump};
-pub use error::{Error, InvalidNameReason, short_type_name};
+pub use error::{Error, InvalidNameReason, WorkerAccessReason, short_type_name};
 pub use handle::{ScopeId, TreeTag, VarId};
 pub use names::{Name, NameRef, SEPARATOR, Symbol, validate_name};
+pub use step::{StepScopes, StepVar};
 pub use traverse::{Ancestors, Descendants, Kids, LocalVars};
 pub use tree::{INLINE_VARS, ScopeTree, scope_slot_bytes, var_slot_bytes};
+pub use workers::WorkerScope;
 
 /// `Result` with this crate's [`Error`].
 ///

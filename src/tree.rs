@@ -731,35 +731,12 @@ impl ScopeTree {
 
     /// The path of a live scope key (see [`path`](Self::path)).
     pub(crate) fn path_of(&self, key: ScopeKey) -> String {
-        let mut parts: Vec<ScopeKey> = Vec::new();
-        let mut k = key;
-        while let Some(slot) = self.scopes.get(k) {
-            if slot.parent.is_null() {
-                break;
-            }
-            parts.push(k);
-            k = slot.parent;
-        }
-        let mut out = String::new();
-        for (i, k) in parts.iter().rev().enumerate() {
-            if i > 0 {
-                out.push('/');
-            }
-            self.push_component(&mut out, *k);
-        }
-        out
+        path_in(&self.scopes, &self.names, key)
     }
 
     /// Appends one path component: the scope's name or `#idx v version`.
     pub(crate) fn push_component(&self, out: &mut String, key: ScopeKey) {
-        use fmt::Write;
-        match self.scopes.get(key) {
-            Some(slot) if slot.name != NO_NAME => out.push_str(self.names.text(slot.name)),
-            _ => {
-                let ffi = key.data().as_ffi();
-                let _ = write!(out, "#{}v{}", ffi & 0xffff_ffff, ffi >> 32);
-            }
-        }
+        push_component_in(&self.scopes, &self.names, out, key);
     }
 
     // ----- deletion ---------------------------------------------------------------
@@ -1044,4 +1021,47 @@ pub fn var_slot_bytes() -> usize {
 /// rounded up to the alignment.
 fn arena_slot_bytes<T>() -> usize {
     (mem::size_of::<T>() + mem::size_of::<u32>()).next_multiple_of(mem::align_of::<T>().max(4))
+}
+
+/// The path of a live scope key, from the arena's parts alone (the worker
+/// split holds only those; see [`ScopeTree::path`]). O(depth).
+pub(crate) fn path_in(
+    scopes: &SlotMap<ScopeKey, ScopeSlot>,
+    names: &Interner,
+    key: ScopeKey,
+) -> String {
+    let mut parts: Vec<ScopeKey> = Vec::new();
+    let mut k = key;
+    while let Some(slot) = scopes.get(k) {
+        if slot.parent.is_null() {
+            break;
+        }
+        parts.push(k);
+        k = slot.parent;
+    }
+    let mut out = String::new();
+    for (i, k) in parts.iter().rev().enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        push_component_in(scopes, names, &mut out, *k);
+    }
+    out
+}
+
+/// Appends one path component: the scope's name or `#idx v version`.
+fn push_component_in(
+    scopes: &SlotMap<ScopeKey, ScopeSlot>,
+    names: &Interner,
+    out: &mut String,
+    key: ScopeKey,
+) {
+    use fmt::Write;
+    match scopes.get(key) {
+        Some(slot) if slot.name != NO_NAME => out.push_str(names.text(slot.name)),
+        _ => {
+            let ffi = key.data().as_ffi();
+            let _ = write!(out, "#{}v{}", ffi & 0xffff_ffff, ffi >> 32);
+        }
+    }
 }

@@ -26,12 +26,12 @@ impl<T: Any + Send + Sync> Payload for T {
 }
 
 #[inline]
-fn as_any(p: &dyn Payload) -> &dyn Any {
+pub(crate) fn as_any(p: &dyn Payload) -> &dyn Any {
     p
 }
 
 #[inline]
-fn as_any_mut(p: &mut dyn Payload) -> &mut dyn Any {
+pub(crate) fn as_any_mut(p: &mut dyn Payload) -> &mut dyn Any {
     p
 }
 

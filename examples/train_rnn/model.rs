@@ -1,0 +1,723 @@
+//! The model of `examples/train_rnn`: an Elman RNN in plain `f32` vectors,
+//! trained with backpropagation through time on step scopes, data-parallel on
+//! worker scopes. Shared with `tests/train_rnn.rs` through `#[path]`.
+//!
+//! The task, generated from a seed: read a sequence of random tokens `0..k`
+//! and, at every step, predict the token seen `delay` steps before (`Echo`,
+//! the default) or the running sum of the tokens so far modulo `k` (`Sum`).
+//! Chance is `1/k`.
+//!
+//! The tree while training with two workers (`k` = tokens, `B` = sequences
+//! per worker, `H` = hidden size; every value is a `Vec<f32>`):
+//!
+//! ```text
+//! <root>        Wxh [H×k] Whh [H×H] bh [H] Why [k×H] by [k]   parameters
+//! ├─ optim      <param>@GRAD  <param>@M  <param>@V            reduced gradients, Adam moments
+//! ├─ worker_0   <param>@GRAD  h0 [B×H]  dh_next  dh            the worker's gradients and scratch
+//! │  ├─ #step 0   x [B×k] y [B×k] h [B×H] p [B×k]             one scope per time step
+//! │  └─ …         (T step scopes, recycled every batch)
+//! ├─ worker_1   …
+//! └─ eval       h0; two ping-pong step scopes (x y h p)
+//! ```
+
+use scopetree::{Error, ScopeId, ScopeTree, StepScopes, StepVar, VarId, WorkerScope};
+
+/// Training settings (the example's flags).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Time steps per sequence (T).
+    pub seq_len: usize,
+    /// Hidden units (H).
+    pub hidden: usize,
+    /// The task.
+    pub task: Task,
+    /// Number of distinct tokens (k); also the modulus of the running sum.
+    pub tokens: usize,
+    /// Epochs.
+    pub epochs: usize,
+    /// Parameter updates per epoch.
+    pub updates_per_epoch: usize,
+    /// Sequences per update, split between the workers.
+    pub batch: usize,
+    /// Worker threads (worker scopes).
+    pub workers: usize,
+    /// Adam learning rate.
+    pub lr: f32,
+    /// Seed of every random draw.
+    pub seed: u64,
+    /// Held-out sequences evaluated after each epoch.
+    pub eval_seqs: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            seq_len: 20,
+            hidden: 64,
+            task: Task::Echo { delay: 5 },
+            tokens: 10,
+            epochs: 10,
+            updates_per_epoch: 50,
+            batch: 32,
+            workers: 2,
+            lr: 0.01,
+            seed: 7,
+            eval_seqs: 512,
+        }
+    }
+}
+
+/// What the network learns to predict at every step.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Task {
+    /// The token seen `delay` steps ago (steps before that are not scored).
+    Echo {
+        /// How far back, at most 7.
+        delay: usize,
+    },
+    /// The running sum of the tokens so far, modulo the number of tokens.
+    Sum,
+}
+
+impl Task {
+    /// Feeds `tok` to a sequence's `state` and returns the target of this
+    /// step, if it is scored. `state` starts at 0 for every sequence.
+    pub fn advance(self, state: &mut u64, t: usize, tok: usize, k: usize) -> Option<usize> {
+        match self {
+            Task::Sum => {
+                *state = (*state + tok as u64) % k as u64;
+                Some(*state as usize)
+            }
+            Task::Echo { delay } => {
+                let old = (*state >> (8 * delay)) & 0xff;
+                *state = ((*state << 8) | tok as u64) & (u64::MAX >> (8 * (7 - delay)));
+                (t >= delay).then_some(old as usize)
+            }
+        }
+    }
+}
+
+/// SplitMix64: a tiny seeded generator, enough for initial weights and data.
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// A generator for `stream` (0: training data, 1: held-out data, 2:
+    /// weights) and `id` (a sequence number) under `seed`.
+    pub fn new(seed: u64, stream: u64, id: u64) -> Self {
+        let mut g = SplitMix64(seed ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03));
+        g.0 ^= g.next_u64() ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        g
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A draw from `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
+    }
+
+    /// A draw from `[-a, a)`.
+    pub fn uniform(&mut self, a: f32) -> f32 {
+        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        (2.0 * u - 1.0) * a
+    }
+}
+
+/// Names and shapes (rows, cols) of the parameters.
+const PARAMS: [&str; 5] = ["Wxh", "Whh", "bh", "Why", "by"];
+
+fn param_shapes(h: usize, k: usize) -> [(usize, usize); 5] {
+    [(h, k), (h, h), (h, 1), (k, h), (k, 1)]
+}
+
+/// The per-step variables, resolved once.
+#[derive(Copy, Clone, Debug)]
+pub struct StepNames {
+    /// Inputs, one-hot `[B×k]`.
+    pub x: StepVar,
+    /// Targets, one-hot `[B×k]`.
+    pub y: StepVar,
+    /// Hidden state `[B×H]`.
+    pub h: StepVar,
+    /// Output probabilities `[B×k]`.
+    pub p: StepVar,
+}
+
+impl StepNames {
+    fn declare(steps: &mut StepScopes, tree: &mut ScopeTree) -> Result<Self, Error> {
+        Ok(StepNames {
+            x: steps.declare(tree, "x")?,
+            y: steps.declare(tree, "y")?,
+            h: steps.declare(tree, "h")?,
+            p: steps.declare(tree, "p")?,
+        })
+    }
+
+    /// The step variables with their sizes for a batch of `b`.
+    fn sized(&self, b: usize, h: usize, k: usize) -> [(StepVar, usize); 4] {
+        [
+            (self.x, b * k),
+            (self.y, b * k),
+            (self.h, b * h),
+            (self.p, b * k),
+        ]
+    }
+}
+
+/// One worker: its scope, its step scopes and the handles it uses.
+pub struct Worker {
+    /// The worker's scope (a kid of the root).
+    pub scope: ScopeId,
+    /// One scope per time step, under `scope`.
+    pub steps: StepScopes,
+    /// The step variables.
+    pub names: StepNames,
+    /// Gradients of the parameters, in the worker's scope.
+    grads: [VarId; 5],
+    h0: VarId,
+    dh_next: VarId,
+    dh: VarId,
+    /// Sequences per batch for this worker, and the first one's index in the batch.
+    batch: usize,
+    offset: usize,
+}
+
+/// The held-out evaluation: forward only, on two ping-pong step scopes.
+pub struct Eval {
+    /// Ping-pong step scopes under the `eval` scope.
+    pub steps: StepScopes,
+    /// The step variables.
+    pub names: StepNames,
+    h0: VarId,
+    rngs: Vec<SplitMix64>,
+    states: Vec<u64>,
+}
+
+/// Loss and accuracy over some tokens.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// Summed cross-entropy.
+    pub loss: f64,
+    /// Tokens predicted right.
+    pub correct: usize,
+    /// Tokens seen.
+    pub tokens: usize,
+}
+
+impl Stats {
+    fn add(&mut self, o: Stats) {
+        self.loss += o.loss;
+        self.correct += o.correct;
+        self.tokens += o.tokens;
+    }
+
+    /// Mean loss per token.
+    pub fn mean_loss(&self) -> f64 {
+        self.loss / self.tokens.max(1) as f64
+    }
+
+    /// Fraction of tokens predicted right.
+    pub fn accuracy(&self) -> f64 {
+        self.correct as f64 / self.tokens.max(1) as f64
+    }
+}
+
+/// The model, its optimiser state, the workers and the evaluation, all in one
+/// tree.
+pub struct Trainer {
+    /// Settings.
+    pub cfg: Config,
+    /// The variable store.
+    pub tree: ScopeTree,
+    /// The parameters, in the root scope.
+    pub params: [VarId; 5],
+    /// The workers.
+    pub workers: Vec<Worker>,
+    /// The held-out evaluation.
+    pub eval: Eval,
+    worker_scopes: Vec<ScopeId>,
+    grads: [VarId; 5],
+    adam_m: [VarId; 5],
+    adam_v: [VarId; 5],
+    updates: u64,
+}
+
+/// The parameter values as a worker or the evaluation reads them.
+struct Weights<'a> {
+    wxh: &'a [f32],
+    whh: &'a [f32],
+    bh: &'a [f32],
+    why: &'a [f32],
+    by: &'a [f32],
+}
+
+fn var_array(tree: &mut ScopeTree, scope: ScopeId, suffix: &str) -> Result<[VarId; 5], Error> {
+    let mut out = Vec::with_capacity(5);
+    for name in PARAMS {
+        out.push(tree.create_var(scope, format!("{name}{suffix}"))?);
+    }
+    Ok([out[0], out[1], out[2], out[3], out[4]])
+}
+
+impl Trainer {
+    /// Builds the tree: parameters (seeded Xavier-uniform), optimiser state,
+    /// one worker scope per worker, the evaluation scope.
+    ///
+    /// # Errors
+    /// Only on a bug in the model code (a tree misuse).
+    pub fn new(cfg: Config) -> Result<Self, Error> {
+        let (h, k) = (cfg.hidden, cfg.tokens);
+        let mut tree = ScopeTree::new();
+        let root = tree.root();
+        let params = var_array(&mut tree, root, "")?;
+        let mut rng = SplitMix64::new(cfg.seed, 2, 0);
+        for (&p, (rows, cols)) in params.iter().zip(param_shapes(h, k)) {
+            let a = if cols == 1 {
+                0.0
+            } else {
+                (6.0 / (rows + cols) as f32).sqrt()
+            };
+            let v: Vec<f32> = (0..rows * cols).map(|_| rng.uniform(a)).collect();
+            tree.set(p, v)?;
+        }
+        let optim = tree.new_named_scope(root, "optim")?;
+        let grads = var_array(&mut tree, optim, "@GRAD")?;
+        let adam_m = var_array(&mut tree, optim, "@M")?;
+        let adam_v = var_array(&mut tree, optim, "@V")?;
+        for set in [grads, adam_m, adam_v] {
+            for (&v, (rows, cols)) in set.iter().zip(param_shapes(h, k)) {
+                tree.set(v, vec![0.0_f32; rows * cols])?;
+            }
+        }
+
+        let n = cfg.workers.max(1);
+        let mut workers = Vec::with_capacity(n);
+        let mut offset = 0;
+        for i in 0..n {
+            let batch = cfg.batch / n + usize::from(i < cfg.batch % n);
+            let scope = tree.new_named_scope(root, format!("worker_{i}"))?;
+            let wgrads = var_array(&mut tree, scope, "@GRAD")?;
+            let h0 = tree.create_var(scope, "h0")?;
+            tree.set(h0, vec![0.0_f32; batch * h])?;
+            let dh_next = tree.create_var(scope, "dh_next")?;
+            tree.set(dh_next, vec![0.0_f32; batch * h])?;
+            let dh = tree.create_var(scope, "dh")?;
+            tree.set(dh, vec![0.0_f32; batch * h])?;
+            for (&g, (rows, cols)) in wgrads.iter().zip(param_shapes(h, k)) {
+                tree.set(g, vec![0.0_f32; rows * cols])?;
+            }
+            let mut steps = StepScopes::new(&tree, scope)?;
+            let names = StepNames::declare(&mut steps, &mut tree)?;
+            workers.push(Worker {
+                scope,
+                steps,
+                names,
+                grads: wgrads,
+                h0,
+                dh_next,
+                dh,
+                batch,
+                offset,
+            });
+            offset += batch;
+        }
+
+        let eval_scope = tree.new_named_scope(root, "eval")?;
+        let mut steps = StepScopes::ping_pong(&tree, eval_scope)?;
+        let names = StepNames::declare(&mut steps, &mut tree)?;
+        let h0 = tree.create_var(eval_scope, "h0")?;
+        tree.set(h0, vec![0.0_f32; cfg.eval_seqs * h])?;
+        let eval = Eval {
+            steps,
+            names,
+            h0,
+            rngs: Vec::with_capacity(cfg.eval_seqs),
+            states: Vec::with_capacity(cfg.eval_seqs),
+        };
+
+        let worker_scopes = workers.iter().map(|w| w.scope).collect();
+        Ok(Trainer {
+            cfg,
+            tree,
+            params,
+            workers,
+            eval,
+            worker_scopes,
+            grads,
+            adam_m,
+            adam_v,
+            updates: 0,
+        })
+    }
+
+    /// Sequences times steps processed by one update.
+    pub fn steps_per_update(&self) -> usize {
+        self.cfg.batch * self.cfg.seq_len
+    }
+
+    /// One parameter update: recycle and push the workers' step scopes, run
+    /// the workers in parallel (forward and backward through time on their
+    /// share of the batch), reduce their gradients and take an Adam step.
+    ///
+    /// # Errors
+    /// Only on a bug in the model code (a tree misuse).
+    pub fn train_update(&mut self) -> Result<Stats, Error> {
+        let cfg = &self.cfg;
+        // Structure, on the whole tree: a fresh sequence of T step scopes per
+        // worker. Handles from the previous update go stale here.
+        for w in &mut self.workers {
+            w.steps.recycle(&mut self.tree)?;
+            for _ in 0..cfg.seq_len {
+                w.steps.push(&mut self.tree)?;
+            }
+        }
+        let first_seq = self.updates * cfg.batch as u64;
+        let (workers, params) = (&self.workers, self.params);
+        let results = self.tree.run_workers(&self.worker_scopes, |mut ws| {
+            let w = &workers[ws.index()];
+            run_worker(&mut ws, w, params, cfg, first_seq)
+        })?;
+        let mut stats = Stats::default();
+        for r in results {
+            stats.add(r?);
+        }
+        self.reduce_and_step()?;
+        self.updates += 1;
+        Ok(stats)
+    }
+
+    /// Sums the workers' gradients into `optim`, clips their norm and takes
+    /// an Adam step on the parameters (on the whole tree, after the split).
+    fn reduce_and_step(&mut self) -> Result<(), Error> {
+        let tree = &mut self.tree;
+        let scale = 1.0 / (self.cfg.batch * self.cfg.seq_len) as f32;
+        let mut norm2 = 0.0_f32;
+        for i in 0..5 {
+            tree.get_mut::<Vec<f32>>(self.grads[i])?.fill(0.0);
+            for w in &self.workers {
+                let [sum, g] = tree.get_disjoint_mut::<Vec<f32>, 2>([self.grads[i], w.grads[i]])?;
+                for (s, d) in sum.iter_mut().zip(g.iter()) {
+                    *s += d * scale;
+                }
+            }
+            norm2 += tree
+                .get::<Vec<f32>>(self.grads[i])?
+                .iter()
+                .map(|g| g * g)
+                .sum::<f32>();
+        }
+        let clip = (1.0 / norm2.sqrt().max(1e-12)).min(1.0);
+        let t = (self.updates + 1) as i32;
+        let (b1, b2, eps) = (0.9_f32, 0.999_f32, 1e-8_f32);
+        let lr = self.cfg.lr * (1.0 - b2.powi(t)).sqrt() / (1.0 - b1.powi(t));
+        for i in 0..5 {
+            let [p, g, m, v] = tree.get_disjoint_mut::<Vec<f32>, 4>([
+                self.params[i],
+                self.grads[i],
+                self.adam_m[i],
+                self.adam_v[i],
+            ])?;
+            for j in 0..p.len() {
+                let gj = g[j] * clip;
+                m[j] = b1 * m[j] + (1.0 - b1) * gj;
+                v[j] = b2 * v[j] + (1.0 - b2) * gj * gj;
+                p[j] -= lr * m[j] / (v[j].sqrt() + eps);
+            }
+        }
+        Ok(())
+    }
+
+    /// Loss and accuracy on `eval_seqs` held-out sequences (a seed stream the
+    /// training data never uses), forward only, on two ping-pong step scopes.
+    ///
+    /// # Errors
+    /// Only on a bug in the model code (a tree misuse).
+    pub fn evaluate(&mut self) -> Result<Stats, Error> {
+        let (h, k, b) = (self.cfg.hidden, self.cfg.tokens, self.cfg.eval_seqs);
+        let tree = &mut self.tree;
+        let ev = &mut self.eval;
+        ev.steps.recycle(tree)?;
+        ev.rngs.clear();
+        ev.states.clear();
+        for j in 0..b {
+            ev.rngs.push(SplitMix64::new(self.cfg.seed, 1, j as u64));
+            ev.states.push(0);
+        }
+        let mut stats = Stats::default();
+        for _ in 0..self.cfg.seq_len {
+            let t = ev.steps.push(tree)?;
+            for (sv, len) in ev.names.sized(b, h, k) {
+                tree.get_or_insert_with(ev.steps.var(sv, t)?, || vec![0.0_f32; len])?;
+            }
+            let [x, y] = tree.get_disjoint_mut::<Vec<f32>, 2>([
+                ev.steps.var(ev.names.x, t)?,
+                ev.steps.var(ev.names.y, t)?,
+            ])?;
+            for j in 0..b {
+                let tok = ev.rngs[j].below(k);
+                let target = self.cfg.task.advance(&mut ev.states[j], t, tok, k);
+                one_hot(&mut x[j * k..(j + 1) * k], Some(tok));
+                one_hot(&mut y[j * k..(j + 1) * k], target);
+            }
+            let h_prev = if t == 0 {
+                ev.h0
+            } else {
+                ev.steps.var(ev.names.h, t - 1)?
+            };
+            let [wxh, whh, bh, why, by, x, y, hp, hs, p] =
+                tree.get_disjoint_mut::<Vec<f32>, 10>([
+                    self.params[0],
+                    self.params[1],
+                    self.params[2],
+                    self.params[3],
+                    self.params[4],
+                    ev.steps.var(ev.names.x, t)?,
+                    ev.steps.var(ev.names.y, t)?,
+                    h_prev,
+                    ev.steps.var(ev.names.h, t)?,
+                    ev.steps.var(ev.names.p, t)?,
+                ])?;
+            let wts = Weights {
+                wxh,
+                whh,
+                bh,
+                why,
+                by,
+            };
+            stats.add(forward_step(h, k, &wts, x, y, hp, hs, p));
+        }
+        Ok(stats)
+    }
+}
+
+/// Writes a one-hot row; `None` writes zeros (an unscored target).
+fn one_hot(row: &mut [f32], hot: Option<usize>) {
+    row.fill(0.0);
+    if let Some(i) = hot {
+        row[i] = 1.0;
+    }
+}
+
+/// One worker's share of an update, on its own thread: generate its
+/// sequences into its step scopes, run forward through time, then backward,
+/// accumulating the gradients in its scope. Reads the parameters (shared),
+/// writes only its own subtree.
+fn run_worker(
+    ws: &mut WorkerScope<'_>,
+    w: &Worker,
+    params: [VarId; 5],
+    cfg: &Config,
+    first_seq: u64,
+) -> Result<Stats, Error> {
+    let (h, k, b, t_len) = (cfg.hidden, cfg.tokens, w.batch, cfg.seq_len);
+    let wts = Weights {
+        wxh: ws.shared::<Vec<f32>>(params[0])?,
+        whh: ws.shared::<Vec<f32>>(params[1])?,
+        bh: ws.shared::<Vec<f32>>(params[2])?,
+        why: ws.shared::<Vec<f32>>(params[3])?,
+        by: ws.shared::<Vec<f32>>(params[4])?,
+    };
+    let (steps, n) = (&w.steps, w.names);
+    // Size the step buffers on the first update; later updates reuse them
+    // (recycling moved them to this update's step variables).
+    for t in 0..t_len {
+        for (sv, len) in n.sized(b, h, k) {
+            ws.get_or_insert_with(steps.var(sv, t)?, || vec![0.0_f32; len])?;
+        }
+    }
+    for &g in &w.grads {
+        ws.get_mut::<Vec<f32>>(g)?.fill(0.0);
+    }
+    // Data: sequence `first_seq + offset + j` of the training stream.
+    for j in 0..b {
+        let mut rng = SplitMix64::new(cfg.seed, 0, first_seq + (w.offset + j) as u64);
+        let mut state = 0;
+        for t in 0..t_len {
+            let tok = rng.below(k);
+            let target = cfg.task.advance(&mut state, t, tok, k);
+            let [x, y] =
+                ws.get_disjoint_mut::<Vec<f32>, 2>([steps.var(n.x, t)?, steps.var(n.y, t)?])?;
+            one_hot(&mut x[j * k..(j + 1) * k], Some(tok));
+            one_hot(&mut y[j * k..(j + 1) * k], target);
+        }
+    }
+    // Forward through time: step t reads step t-1's hidden state.
+    let mut stats = Stats::default();
+    for t in 0..t_len {
+        let h_prev = if t == 0 { w.h0 } else { steps.var(n.h, t - 1)? };
+        let [x, y, hp, hs, p] = ws.get_disjoint_mut::<Vec<f32>, 5>([
+            steps.var(n.x, t)?,
+            steps.var(n.y, t)?,
+            h_prev,
+            steps.var(n.h, t)?,
+            steps.var(n.p, t)?,
+        ])?;
+        stats.add(forward_step(h, k, &wts, x, y, hp, hs, p));
+    }
+    // Backward through time, from the last step to the first.
+    ws.get_mut::<Vec<f32>>(w.dh_next)?.fill(0.0);
+    for t in (0..t_len).rev() {
+        let h_prev = if t == 0 { w.h0 } else { steps.var(n.h, t - 1)? };
+        let [
+            x,
+            y,
+            hp,
+            hs,
+            p,
+            dh_next,
+            dh,
+            g_wxh,
+            g_whh,
+            g_bh,
+            g_why,
+            g_by,
+        ] = ws.get_disjoint_mut::<Vec<f32>, 12>([
+            steps.var(n.x, t)?,
+            steps.var(n.y, t)?,
+            h_prev,
+            steps.var(n.h, t)?,
+            steps.var(n.p, t)?,
+            w.dh_next,
+            w.dh,
+            w.grads[0],
+            w.grads[1],
+            w.grads[2],
+            w.grads[3],
+            w.grads[4],
+        ])?;
+        backward_step(
+            h,
+            k,
+            &wts,
+            [x, y, hp, hs, p],
+            dh_next,
+            dh,
+            [g_wxh, g_whh, g_bh, g_why, g_by],
+        );
+    }
+    Ok(stats)
+}
+
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// `h = tanh(Wxh x + Whh h_prev + bh)`, `p = softmax(Why h + by)` for every
+/// sequence of the batch; returns the cross-entropy against `y` and the hits.
+#[allow(clippy::too_many_arguments)]
+fn forward_step(
+    hid: usize,
+    k: usize,
+    w: &Weights<'_>,
+    x: &[f32],
+    y: &[f32],
+    h_prev: &[f32],
+    h: &mut [f32],
+    p: &mut [f32],
+) -> Stats {
+    let mut stats = Stats::default();
+    let rows = h.chunks_exact_mut(hid).zip(h_prev.chunks_exact(hid));
+    let io = x
+        .chunks_exact(k)
+        .zip(y.chunks_exact(k))
+        .zip(p.chunks_exact_mut(k));
+    for ((hb, hp), ((xb, yb), pb)) in rows.zip(io) {
+        for (i, hi) in hb.iter_mut().enumerate() {
+            let a = w.bh[i]
+                + dot(&w.wxh[i * k..(i + 1) * k], xb)
+                + dot(&w.whh[i * hid..(i + 1) * hid], hp);
+            *hi = a.tanh();
+        }
+        let mut max = f32::NEG_INFINITY;
+        for (c, pc) in pb.iter_mut().enumerate() {
+            *pc = w.by[c] + dot(&w.why[c * hid..(c + 1) * hid], hb);
+            max = max.max(*pc);
+        }
+        let mut z = 0.0;
+        for pc in pb.iter_mut() {
+            *pc = (*pc - max).exp();
+            z += *pc;
+        }
+        for pc in pb.iter_mut() {
+            *pc /= z;
+        }
+        let (mut best, mut target) = (0, None);
+        for c in 0..k {
+            if pb[c] > pb[best] {
+                best = c;
+            }
+            if yb[c] > 0.5 {
+                target = Some(c);
+            }
+        }
+        let Some(target) = target else {
+            continue; // an unscored step
+        };
+        stats.loss -= f64::from(pb[target].max(1e-12).ln());
+        stats.correct += usize::from(best == target);
+        stats.tokens += 1;
+    }
+    stats
+}
+
+/// Backpropagation through one step for every sequence of the batch:
+/// accumulates the parameter gradients and turns `dh_next` (the gradient
+/// reaching `h_t` from step `t + 1`) into the gradient reaching `h_{t-1}`.
+fn backward_step(
+    hid: usize,
+    k: usize,
+    w: &Weights<'_>,
+    [x, y, h_prev, h, p]: [&mut Vec<f32>; 5],
+    dh_next: &mut [f32],
+    dh: &mut [f32],
+    [g_wxh, g_whh, g_bh, g_why, g_by]: [&mut Vec<f32>; 5],
+) {
+    let rows = x
+        .chunks_exact(k)
+        .zip(y.chunks_exact(k))
+        .zip(p.chunks_exact(k))
+        .zip(h.chunks_exact(hid).zip(h_prev.chunks_exact(hid)))
+        .zip(dh_next.chunks_exact_mut(hid).zip(dh.chunks_exact_mut(hid)));
+    for ((((xb, yb), pb), (hb, hpb)), (dnb, dhb)) in rows {
+        // Output layer: d logits = p - y (nothing for an unscored step).
+        dhb.copy_from_slice(dnb);
+        let scored = yb.iter().any(|&v| v > 0.5);
+        for c in (0..k).filter(|_| scored) {
+            let d = pb[c] - yb[c];
+            g_by[c] += d;
+            let why_c = &w.why[c * hid..(c + 1) * hid];
+            let g_why_c = &mut g_why[c * hid..(c + 1) * hid];
+            for ((g, &hi), (dhi, &wi)) in g_why_c.iter_mut().zip(hb).zip(dhb.iter_mut().zip(why_c))
+            {
+                *g += d * hi;
+                *dhi += d * wi;
+            }
+        }
+        // Through tanh, then into the input and recurrent weights.
+        dnb.fill(0.0);
+        for (i, (dhi, &hi)) in dhb.iter_mut().zip(hb).enumerate() {
+            let da = *dhi * (1.0 - hi * hi);
+            *dhi = da;
+            g_bh[i] += da;
+            for (g, &xj) in g_wxh[i * k..(i + 1) * k].iter_mut().zip(xb) {
+                *g += da * xj;
+            }
+            let whh_i = &w.whh[i * hid..(i + 1) * hid];
+            let g_whh_i = &mut g_whh[i * hid..(i + 1) * hid];
+            for ((g, &hpj), (dn, &wij)) in
+                g_whh_i.iter_mut().zip(hpb).zip(dnb.iter_mut().zip(whh_i))
+            {
+                *g += da * hpj;
+                *dn += da * wij;
+            }
+        }
+    }
+}
