@@ -14,7 +14,10 @@
 //! include invalid ones (empty, containing `/`), non-ASCII ones, names that
 //! collide with generated unique names, and more than 64 distinct names so
 //! that the lookup signature bits (`symbol % 64`) collide. A `Fill` operation
-//! grows scopes past 16 variables, where the hash index takes over.
+//! grows scopes past 16 variables, where the hash index takes over. Some
+//! values are bombs whose `Drop` panics: every call that drops one must
+//! panic, and only after finishing its bookkeeping, so the model and the tree
+//! still agree afterwards.
 //!
 //! Size: `PROPTEST_CASES` sets the number of cases (default
 //! [`DEFAULT_CASES`], about a minute in debug on a loaded 2-core machine);
@@ -22,9 +25,12 @@
 //! the closing tally (cases, operations, stale-after-reuse checks, ...).
 
 use std::any::type_name;
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
-use std::sync::OnceLock;
+use std::fmt::Debug;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Once, OnceLock};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, TestCaseError, TestRunner};
@@ -91,6 +97,7 @@ enum Ty {
     U64,
     Str,
     Vec,
+    Bomb,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -98,6 +105,74 @@ enum Val {
     U64(u64),
     Str(String),
     Vec(Vec<f32>),
+    Bomb(u64),
+}
+
+// ----- values whose Drop panics -------------------------------------------------
+
+const BOOM: &str = "model bomb: a value's Drop panicked (expected by the test)";
+
+/// A value whose `Drop` panics while a harness is armed (on this thread).
+#[derive(Debug)]
+struct Bomb {
+    id: u64,
+}
+
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    /// Bombs dropped while armed.
+    static BOOMS: Cell<u64> = const { Cell::new(0) };
+}
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        if ARMED.with(Cell::get) {
+            BOOMS.with(|b| b.set(b.get() + 1));
+            panic!("{BOOM}");
+        }
+    }
+}
+
+/// Keeps the expected bomb panics out of the test output.
+fn quiet_bombs() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let p = info.payload();
+            let msg = p
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| p.downcast_ref::<&str>().copied());
+            if msg != Some(BOOM) {
+                default(info);
+            }
+        }));
+    });
+}
+
+/// Runs a tree call that may drop bombs: `Err(())` if it panicked.
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, ()> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|_| ())
+}
+
+/// Compares a guarded call with the model: it panics exactly when the model
+/// drops a bomb, and otherwise returns what the model expects.
+fn settle<T: PartialEq + Debug>(act: Result<T, ()>, exp: &T, bombs: u64, ctx: String) -> R {
+    match act {
+        Err(()) if bombs > 0 => Ok(()),
+        Ok(a) if bombs == 0 => {
+            if &a == exp {
+                Ok(())
+            } else {
+                fail(format!("{ctx}: tree gave {a:?}, model expects {exp:?}"))
+            }
+        }
+        Err(()) => fail(format!("{ctx}: panicked, but the model drops no bomb")),
+        Ok(a) => fail(format!(
+            "{ctx}: returned {a:?} without panicking, but the model drops {bombs} bomb(s)"
+        )),
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -173,14 +248,15 @@ fn nref() -> impl Strategy<Value = NRef> {
 }
 
 fn ty() -> impl Strategy<Value = Ty> {
-    prop_oneof![Just(Ty::U64), Just(Ty::Str), Just(Ty::Vec)]
+    prop_oneof![Just(Ty::U64), Just(Ty::Str), Just(Ty::Vec), Just(Ty::Bomb)]
 }
 
 fn val() -> impl Strategy<Value = Val> {
     prop_oneof![
-        any::<u64>().prop_map(Val::U64),
-        "[a-zé]{0,6}".prop_map(Val::Str),
-        prop::collection::vec((-1000i16..1000).prop_map(f32::from), 0..4).prop_map(Val::Vec),
+        2 => any::<u64>().prop_map(Val::U64),
+        2 => "[a-zé]{0,6}".prop_map(Val::Str),
+        2 => prop::collection::vec((-1000i16..1000).prop_map(f32::from), 0..4).prop_map(Val::Vec),
+        2 => (0..1000u64).prop_map(Val::Bomb),
     ]
 }
 
@@ -251,6 +327,7 @@ impl Ty {
             Ty::U64 => type_name::<u64>(),
             Ty::Str => type_name::<String>(),
             Ty::Vec => type_name::<Vec<f32>>(),
+            Ty::Bomb => type_name::<Bomb>(),
         }
     }
     /// The type as dumps show it (written out, not computed by the crate).
@@ -259,11 +336,12 @@ impl Ty {
             Ty::U64 => "u64",
             Ty::Str => "String",
             Ty::Vec => "Vec<f32>",
+            Ty::Bomb => "Bomb",
         }
     }
     fn default_val(self) -> Val {
         match self {
-            Ty::U64 => Val::U64(0),
+            Ty::U64 | Ty::Bomb => Val::U64(0),
             Ty::Str => Val::Str(String::new()),
             Ty::Vec => Val::Vec(Vec::new()),
         }
@@ -276,6 +354,16 @@ impl Val {
             Val::U64(_) => Ty::U64,
             Val::Str(_) => Ty::Str,
             Val::Vec(_) => Ty::Vec,
+            Val::Bomb(_) => Ty::Bomb,
+        }
+    }
+
+    /// The value passed where the harness cannot hand over a bomb (it would
+    /// be dropped, and explode, in the harness's own hands).
+    fn defused(self) -> Val {
+        match self {
+            Val::Bomb(id) => Val::U64(id),
+            v => v,
         }
     }
 }
@@ -290,11 +378,15 @@ fn bump_str(x: &mut String) {
 fn bump_vec(x: &mut Vec<f32>) {
     x.push(1.0);
 }
+fn bump_bomb(x: &mut Bomb) {
+    x.id = x.id.wrapping_add(1);
+}
 fn bump(v: &mut Val) {
     match v {
         Val::U64(x) => bump_u64(x),
         Val::Str(x) => bump_str(x),
         Val::Vec(x) => bump_vec(x),
+        Val::Bomb(x) => *x = x.wrapping_add(1),
     }
 }
 
@@ -303,6 +395,7 @@ fn tree_get(t: &ScopeTree, v: VarId, ty: Ty) -> Result<Val, Error> {
         Ty::U64 => t.get::<u64>(v).map(|x| Val::U64(*x)),
         Ty::Str => t.get::<String>(v).map(|x| Val::Str(x.clone())),
         Ty::Vec => t.get::<Vec<f32>>(v).map(|x| Val::Vec(x.clone())),
+        Ty::Bomb => t.get::<Bomb>(v).map(|x| Val::Bomb(x.id)),
     }
 }
 
@@ -311,6 +404,7 @@ fn tree_set(t: &mut ScopeTree, v: VarId, x: Val) -> Result<(), Error> {
         Val::U64(x) => t.set(v, x),
         Val::Str(x) => t.set(v, x),
         Val::Vec(x) => t.set(v, x),
+        Val::Bomb(id) => t.set(v, Bomb { id }),
     }
 }
 
@@ -362,6 +456,7 @@ static MAX_LOCAL: AtomicU64 = AtomicU64::new(0);
 static MAX_SYMBOLS: AtomicU64 = AtomicU64::new(0);
 static LOOKUPS: AtomicU64 = AtomicU64::new(0);
 static MAX_DEPTH: AtomicU64 = AtomicU64::new(0);
+static BOMBS: AtomicU64 = AtomicU64::new(0);
 
 macro_rules! same {
     ($actual:expr, $expected:expr, $($ctx:tt)+) => {{
@@ -400,6 +495,15 @@ struct Harness {
     syms: HashMap<String, Symbol>,
     /// Model scopes already counted as having grown past 16 variables.
     indexed: HashSet<usize>,
+    /// Bombs the model expects to have been dropped.
+    booms: u64,
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        // The tree and its bombs are dropped after this: quietly.
+        ARMED.with(|a| a.set(false));
+    }
 }
 
 fn slot_of(debug: &str) -> String {
@@ -414,6 +518,9 @@ fn slot_index(debug: &str) -> String {
 
 impl Harness {
     fn new() -> Self {
+        quiet_bombs();
+        ARMED.with(|a| a.set(true));
+        BOOMS.with(|b| b.set(0));
         let tree = ScopeTree::new();
         let mut other = ScopeTree::new();
         let o_root = other.root();
@@ -443,6 +550,7 @@ impl Harness {
             counter: 0,
             syms: HashMap::new(),
             indexed: HashSet::new(),
+            booms: 0,
         }
     }
 
@@ -608,27 +716,39 @@ impl Harness {
             .find(|&k| self.ms[k].name.as_deref() == Some(name))
     }
 
-    fn m_delete(&mut self, top: usize) {
+    fn m_is_bomb(&self, v: usize) -> bool {
+        matches!(self.mv[v].val, Some(Val::Bomb(_)))
+    }
+
+    /// Deletes a subtree; returns how many bombs that drops.
+    fn m_delete(&mut self, top: usize) -> u64 {
         if let Some(p) = self.ms[top].parent {
             self.ms[p].kids.retain(|&k| k != top);
         }
+        let mut bombs = 0;
         let mut stack = vec![top];
         while let Some(s) = stack.pop() {
             self.ms[s].alive = false;
             for v in std::mem::take(&mut self.ms[s].vars) {
+                bombs += u64::from(self.m_is_bomb(v));
                 self.mv[v].alive = false;
                 self.mv[v].val = None;
             }
             stack.extend(std::mem::take(&mut self.ms[s].kids));
         }
+        self.booms += bombs;
+        bombs
     }
 
-    fn m_erase(&mut self, s: usize, mut pred: impl FnMut(&str) -> bool) -> usize {
+    /// Erases matching variables; returns how many, and how many were bombs.
+    fn m_erase(&mut self, s: usize, mut pred: impl FnMut(&str) -> bool) -> (usize, u64) {
         let vars = std::mem::take(&mut self.ms[s].vars);
         let mut kept = Vec::new();
         let mut n = 0;
+        let mut bombs = 0;
         for v in vars {
             if pred(&self.mv[v].name) {
+                bombs += u64::from(self.m_is_bomb(v));
                 self.mv[v].alive = false;
                 self.mv[v].val = None;
                 n += 1;
@@ -637,7 +757,8 @@ impl Harness {
             }
         }
         self.ms[s].vars = kept;
-        n
+        self.booms += bombs;
+        (n, bombs)
     }
 
     fn m_unique(&mut self, s: usize, prefix: &str) -> String {
@@ -768,7 +889,7 @@ impl Harness {
             }
             Op::DeleteScope(s) => {
                 let (sid, sm) = self.scope(*s);
-                let act = self.tree.delete_scope(sid);
+                let act = guarded(|| self.tree.delete_scope(sid));
                 let exp = self.m_scope(sid, sm).and_then(|si| {
                     if si == 0 {
                         Err(Error::RootScope)
@@ -776,15 +897,18 @@ impl Harness {
                         Ok(si)
                     }
                 });
-                same!(act, exp.clone().map(|_| ()), "delete_scope({sid:?})");
-                if let Ok(si) = exp {
-                    self.m_delete(si);
-                }
+                let bombs = exp.as_ref().map_or(0, |&si| self.m_delete(si));
+                settle(
+                    act,
+                    &exp.map(|_| ()),
+                    bombs,
+                    format!("delete_scope({sid:?})"),
+                )?;
             }
             Op::DeleteKid(p, k) => {
                 let (pid, pm) = self.scope(*p);
                 let (kid, km) = self.scope(*k);
-                let act = self.tree.delete_kid(pid, kid);
+                let act = guarded(|| self.tree.delete_kid(pid, kid));
                 let exp = self.m_scope(pid, pm).and_then(|pi| {
                     let ki = self.m_scope(kid, km)?;
                     if self.ms[ki].parent == Some(pi) {
@@ -796,21 +920,21 @@ impl Harness {
                         })
                     }
                 });
-                same!(act, exp.clone().map(|_| ()), "delete_kid({pid:?}, {kid:?})");
-                if let Ok(ki) = exp {
-                    self.m_delete(ki);
-                }
+                let bombs = exp.as_ref().map_or(0, |&ki| self.m_delete(ki));
+                let ctx = format!("delete_kid({pid:?}, {kid:?})");
+                settle(act, &exp.map(|_| ()), bombs, ctx)?;
             }
             Op::DropKids(s) => {
                 let (sid, sm) = self.scope(*s);
-                let act = self.tree.drop_kids(sid);
+                let act = guarded(|| self.tree.drop_kids(sid));
                 let exp = self.m_scope(sid, sm);
-                same!(act, exp.clone().map(|_| ()), "drop_kids({sid:?})");
+                let mut bombs = 0;
                 if let Ok(si) = exp {
                     for k in self.ms[si].kids.clone() {
-                        self.m_delete(k);
+                        bombs += self.m_delete(k);
                     }
                 }
+                settle(act, &exp.map(|_| ()), bombs, format!("drop_kids({sid:?})"))?;
             }
             Op::HasKid(p, k) => {
                 let (pid, pm) = self.scope(*p);
@@ -975,9 +1099,16 @@ impl Harness {
             }
             Op::RemoveVar(v) => {
                 let (vid, vm) = self.var(*v);
-                let act = self.tree.remove_var(vid);
+                let act = guarded(|| self.tree.remove_var(vid));
                 let exp = self.m_var(vid, vm);
-                same!(act, exp.clone().map(|_| ()), "remove_var({vid:?})");
+                let bombs = exp.as_ref().map_or(0, |&vi| u64::from(self.m_is_bomb(vi)));
+                self.booms += bombs;
+                settle(
+                    act,
+                    &exp.clone().map(|_| ()),
+                    bombs,
+                    format!("remove_var({vid:?})"),
+                )?;
                 if let Ok(vi) = exp {
                     let owner = self.mv[vi].owner;
                     self.ms[owner].vars.retain(|&x| x != vi);
@@ -1009,11 +1140,24 @@ impl Harness {
             }
             Op::Set(v, x) => {
                 let (vid, vm) = self.var(*v);
-                let act = tree_set(&mut self.tree, vid, x.clone());
                 let exp = self.m_var(vid, vm);
-                same!(act, exp.clone().map(|_| ()), "set({vid:?})");
+                // A bomb handed to a call that fails would go off in the error path.
+                let x = if exp.is_ok() {
+                    x.clone()
+                } else {
+                    x.clone().defused()
+                };
+                let act = guarded(|| tree_set(&mut self.tree, vid, x.clone()));
+                let bombs = exp.as_ref().map_or(0, |&vi| u64::from(self.m_is_bomb(vi)));
+                self.booms += bombs;
+                settle(
+                    act,
+                    &exp.clone().map(|_| ()),
+                    bombs,
+                    format!("set({vid:?})"),
+                )?;
                 if let Ok(vi) = exp {
-                    self.mv[vi].val = Some(x.clone());
+                    self.mv[vi].val = Some(x);
                 }
             }
             Op::Get(v, ty) => {
@@ -1031,6 +1175,7 @@ impl Harness {
                     Ty::U64 => t.get_mut::<u64>(vid).map(bump_u64),
                     Ty::Str => t.get_mut::<String>(vid).map(bump_str),
                     Ty::Vec => t.get_mut::<Vec<f32>>(vid).map(bump_vec),
+                    Ty::Bomb => t.get_mut::<Bomb>(vid).map(bump_bomb),
                 };
                 let exp = self.m_read(vid, vm, *ty);
                 same!(act, exp.clone().map(|_| ()), "get_mut({vid:?}, {ty:?})");
@@ -1042,11 +1187,13 @@ impl Harness {
             }
             Op::Replace(v, x) => {
                 let (vid, vm) = self.var(*v);
+                let x = x.clone().defused();
                 let t = &mut self.tree;
                 let act = match x.clone() {
                     Val::U64(x) => t.replace(vid, x).map(|o| o.map(Val::U64)),
                     Val::Str(x) => t.replace(vid, x).map(|o| o.map(Val::Str)),
                     Val::Vec(x) => t.replace(vid, x).map(|o| o.map(Val::Vec)),
+                    Val::Bomb(_) => unreachable!("defused above"),
                 };
                 let exp = self.m_var(vid, vm).and_then(|vi| match &self.mv[vi].val {
                     None => Ok((vi, None)),
@@ -1066,6 +1213,11 @@ impl Harness {
                     Ty::U64 => t.take::<u64>(vid).map(Val::U64),
                     Ty::Str => t.take::<String>(vid).map(Val::Str),
                     Ty::Vec => t.take::<Vec<f32>>(vid).map(Val::Vec),
+                    Ty::Bomb => t.take::<Bomb>(vid).map(|b| {
+                        let v = Val::Bomb(b.id);
+                        std::mem::forget(b); // taken out whole: not dropped
+                        v
+                    }),
                 };
                 let exp = self.m_read(vid, vm, *ty);
                 let exp_val = exp
@@ -1078,13 +1230,12 @@ impl Harness {
             }
             Op::Clear(v) => {
                 let (vid, vm) = self.var(*v);
-                let act = self.tree.clear(vid);
+                let act = guarded(|| self.tree.clear(vid));
                 let exp = self.m_var(vid, vm);
-                same!(
-                    act,
-                    exp.clone().map(|vi| self.mv[vi].val.is_some()),
-                    "clear({vid:?})"
-                );
+                let bombs = exp.as_ref().map_or(0, |&vi| u64::from(self.m_is_bomb(vi)));
+                self.booms += bombs;
+                let want = exp.clone().map(|vi| self.mv[vi].val.is_some());
+                settle(act, &want, bombs, format!("clear({vid:?})"))?;
                 if let Ok(vi) = exp {
                     self.mv[vi].val = None;
                 }
@@ -1095,6 +1246,7 @@ impl Harness {
                     Ty::U64 => self.tree.is::<u64>(vid),
                     Ty::Str => self.tree.is::<String>(vid),
                     Ty::Vec => self.tree.is::<Vec<f32>>(vid),
+                    Ty::Bomb => self.tree.is::<Bomb>(vid),
                 };
                 let exp = self
                     .m_var(vid, vm)
@@ -1105,7 +1257,7 @@ impl Harness {
                 let (vid, vm) = self.var(*v);
                 let t = &mut self.tree;
                 let act = match ty {
-                    Ty::U64 => t.get_or_default::<u64>(vid).map(bump_u64),
+                    Ty::U64 | Ty::Bomb => t.get_or_default::<u64>(vid).map(bump_u64),
                     Ty::Str => t.get_or_default::<String>(vid).map(bump_str),
                     Ty::Vec => t.get_or_default::<Vec<f32>>(vid).map(bump_vec),
                 };
@@ -1113,11 +1265,13 @@ impl Harness {
             }
             Op::GetOrInsertWith(v, x) => {
                 let (vid, vm) = self.var(*v);
+                let x = x.clone().defused();
                 let t = &mut self.tree;
                 let act = match x.clone() {
                     Val::U64(x) => t.get_or_insert_with(vid, || x).map(bump_u64),
                     Val::Str(x) => t.get_or_insert_with(vid, || x).map(bump_str),
                     Val::Vec(x) => t.get_or_insert_with(vid, || x).map(bump_vec),
+                    Val::Bomb(_) => unreachable!("defused above"),
                 };
                 self.after_get_or_insert(vid, vm, x.clone(), act)?;
             }
@@ -1137,6 +1291,10 @@ impl Harness {
                     Ty::Vec => t.get_disjoint_mut::<Vec<f32>, 2>([aid, bid]).map(|[x, y]| {
                         bump_vec(x);
                         bump_vec(y);
+                    }),
+                    Ty::Bomb => t.get_disjoint_mut::<Bomb, 2>([aid, bid]).map(|[x, y]| {
+                        bump_bomb(x);
+                        bump_bomb(y);
                     }),
                 };
                 let exp = self.m_read(aid, am, *ty).and_then(|ai| {
@@ -1227,11 +1385,13 @@ impl Harness {
 
     fn do_erase(&mut self, sid: ScopeId, sm: Option<usize>, args: &[Arg], except: bool) -> R {
         let refs: Vec<NameRef<'_>> = args.iter().map(Arg::as_ref).collect();
-        let act = if except {
-            self.tree.erase_vars_except(sid, refs.iter().copied())
-        } else {
-            self.tree.erase_vars(sid, refs.iter().copied())
-        };
+        let act = guarded(|| {
+            if except {
+                self.tree.erase_vars_except(sid, refs.iter().copied())
+            } else {
+                self.tree.erase_vars(sid, refs.iter().copied())
+            }
+        });
         let exp = self.m_scope(sid, sm).and_then(|si| {
             let ns = args
                 .iter()
@@ -1239,14 +1399,14 @@ impl Harness {
                 .collect::<Result<HashSet<String>, Error>>()?;
             Ok((si, ns))
         });
+        let ctx = format!("erase(except: {except}) {sid:?}");
         match exp {
             Ok((si, ns)) => {
-                let n = self.m_erase(si, |name| ns.contains(name) != except);
-                same!(act, Ok(n), "erase(except: {except}) {sid:?}");
+                let (n, bombs) = self.m_erase(si, |name| ns.contains(name) != except);
+                settle(act, &Ok(n), bombs, ctx)
             }
-            Err(e) => same!(act, Err(e), "erase(except: {except}) {sid:?}"),
+            Err(e) => settle(act, &Err(e), 0, ctx),
         }
-        Ok(())
     }
 
     fn do_rename(&mut self, sid: ScopeId, sm: Option<usize>, old: &Arg, new: &Arg) -> R {
@@ -1381,6 +1541,11 @@ impl Harness {
         let live_v = self.mv.iter().filter(|v| v.alive).count();
         same!(t.scope_count(), live_s, "scope_count");
         same!(t.var_count(), live_v, "var_count");
+        same!(
+            BOOMS.with(Cell::get),
+            self.booms,
+            "bombs dropped (each exactly once)"
+        );
         if t.heap_bytes() == 0 {
             return fail("heap_bytes() is 0 for a tree with a root".to_owned());
         }
@@ -1600,6 +1765,7 @@ impl Harness {
 
     fn finish(&self) -> R {
         self.check(true)?;
+        BOMBS.fetch_add(self.booms, Relaxed);
         let most = names()
             .iter()
             .chain(self.mv.iter().map(|v| &v.name))
@@ -1685,7 +1851,7 @@ fn tree_agrees_with_model() {
         "model: {} cases ({cases} asked), {} operations, no divergence; \
          {} stale-handle checks on reused slots, {} calls with foreign handles or symbols, \
          {} scopes grew past 16 variables (largest {}), up to {} symbols interned, \
-         {} lookups compared, deepest scope {}",
+         {} lookups compared, deepest scope {}, {} panicking drops survived",
         CASES.load(Relaxed),
         OPS.load(Relaxed),
         STALE_REUSED.load(Relaxed),
@@ -1695,5 +1861,6 @@ fn tree_agrees_with_model() {
         MAX_SYMBOLS.load(Relaxed),
         LOOKUPS.load(Relaxed),
         MAX_DEPTH.load(Relaxed),
+        BOMBS.load(Relaxed),
     );
 }
