@@ -154,7 +154,9 @@ pub fn validate_name(name: &str) -> Result<(), Error> {
     }
     if name.contains(SEPARATOR) {
         return Err(Error::InvalidName {
-            name: name.to_owned(),
+            // As documented on the variant: cut to 64 characters, so that a
+            // huge name is not copied whole into the error.
+            name: name.chars().take(64).collect(),
             reason: InvalidNameReason::ContainsSeparator,
         });
     }

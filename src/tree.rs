@@ -1,8 +1,10 @@
 //! The arena: [`ScopeTree`], its scope and variable slots, and the structural
 //! operations (creating and deleting scopes, kids, parents, depth, paths).
 
+use std::any::Any;
 use std::fmt;
 use std::mem;
+use std::panic::{self, AssertUnwindSafe};
 
 use slotmap::{Key, SlotMap};
 use smallvec::SmallVec;
@@ -27,6 +29,18 @@ const SPARE_TABLE_MAX_CAP: usize = 64;
 pub(crate) const NO_NAME: u32 = u32::MAX;
 /// `ScopeSlot::depth` of a retired slot (see [`ScopeTree::free_scope`]).
 const RETIRED: u32 = u32::MAX;
+
+/// The first panic raised by a value's `Drop` while the tree was dropping
+/// values, held until the tree's bookkeeping is complete (see
+/// [`ScopeTree::free_vars`]).
+pub(crate) type DeferredPanic = Option<Box<dyn Any + Send>>;
+
+/// Passes on the panic a value's `Drop` raised during a call, if any.
+pub(crate) fn resume(deferred: DeferredPanic) {
+    if let Some(payload) = deferred {
+        panic::resume_unwind(payload);
+    }
+}
 
 /// One local variable of a scope: its interned name and its slot.
 #[derive(Copy, Clone, Debug)]
@@ -751,6 +765,10 @@ impl ScopeTree {
     /// [`Error::RootScope`] for the root; [`Error::StaleScope`] or
     /// [`Error::ForeignScope`].
     ///
+    /// # Panics
+    /// Only if a value's own `Drop` panics. That panic is passed on once the
+    /// whole subtree is deleted, so the tree stays consistent and usable.
+    ///
     /// ```
     /// use scopetree::ScopeTree;
     /// let mut tree = ScopeTree::new();
@@ -768,7 +786,9 @@ impl ScopeTree {
             return Err(Error::RootScope);
         }
         self.unlink(k);
-        self.free_subtree(k);
+        let mut deferred = None;
+        self.free_subtree(k, &mut deferred);
+        resume(deferred);
         Ok(())
     }
 
@@ -778,6 +798,9 @@ impl ScopeTree {
     /// # Errors
     /// [`Error::NotAKid`] if `kid` is not a kid of `parent`;
     /// [`Error::StaleScope`] or [`Error::ForeignScope`] for either handle.
+    ///
+    /// # Panics
+    /// Only if a value's own `Drop` panics, as for [`delete_scope`](Self::delete_scope).
     ///
     /// ```
     /// use scopetree::ScopeTree;
@@ -804,6 +827,9 @@ impl ScopeTree {
     /// # Errors
     /// [`Error::StaleScope`] or [`Error::ForeignScope`].
     ///
+    /// # Panics
+    /// Only if a value's own `Drop` panics, as for [`delete_scope`](Self::delete_scope).
+    ///
     /// ```
     /// use scopetree::ScopeTree;
     /// let mut tree = ScopeTree::new();
@@ -824,14 +850,16 @@ impl ScopeTree {
             None => ScopeKey::null(),
         };
         let mut kid = first;
+        let mut deferred = None;
         while !kid.is_null() {
             let next = self
                 .scopes
                 .get(kid)
                 .map_or(ScopeKey::null(), |s| s.next_sib);
-            self.free_subtree(kid);
+            self.free_subtree(kid, &mut deferred);
             kid = next;
         }
+        resume(deferred);
         Ok(())
     }
 
@@ -861,7 +889,7 @@ impl ScopeTree {
     /// parent. Post-order without a stack: descend to the leftmost leaf, free
     /// it, make its next sibling its parent's first kid, climb, repeat. Each
     /// edge is walked down once and up once.
-    fn free_subtree(&mut self, top: ScopeKey) {
+    fn free_subtree(&mut self, top: ScopeKey, deferred: &mut DeferredPanic) {
         let mut node = top;
         loop {
             while let Some(first) = self
@@ -872,7 +900,7 @@ impl ScopeTree {
             {
                 node = first;
             }
-            let Some(slot) = self.free_scope(node) else {
+            let Some(slot) = self.free_scope(node, deferred) else {
                 return;
             };
             if node == top {
@@ -890,7 +918,7 @@ impl ScopeTree {
     /// A slot whose version is `u32::MAX` would wrap to a version that stale
     /// handles already carry if it were freed and reused, so it is retired:
     /// it stays occupied by an empty tombstone and is never handed out again.
-    fn free_scope(&mut self, key: ScopeKey) -> Option<ScopeSlot> {
+    fn free_scope(&mut self, key: ScopeKey, deferred: &mut DeferredPanic) -> Option<ScopeSlot> {
         let mut slot = if key_version(key.data()) == u32::MAX {
             let live = self.scopes.get_mut(key)?;
             let mut tomb = ScopeSlot::new(ScopeKey::null(), NO_NAME, RETIRED);
@@ -901,9 +929,7 @@ impl ScopeTree {
             self.scopes.remove(key)?
         };
         let table = mem::take(&mut slot.vars.entries);
-        for e in &table {
-            self.free_var(e.var);
-        }
+        self.free_vars(&table, |e| e.var, deferred);
         self.recycle_table(table);
         Some(slot)
     }
@@ -918,6 +944,34 @@ impl ScopeTree {
             let mut buf = table.into_vec();
             buf.clear();
             self.spare_tables.push(buf);
+        }
+    }
+
+    /// Frees the variable slots of `items` and drops their values.
+    ///
+    /// A value's `Drop` is user code and may panic. Each slot is out of the
+    /// arena before its value is dropped, so the tree is consistent at that
+    /// point; a panic is caught, the remaining slots are freed all the same,
+    /// and the first panic is kept in `deferred` for the public call to pass
+    /// on when its own bookkeeping is done. No cost beyond one
+    /// `catch_unwind` per call when nothing panics.
+    pub(crate) fn free_vars<T>(
+        &mut self,
+        items: &[T],
+        key: impl Fn(&T) -> VarKey,
+        deferred: &mut DeferredPanic,
+    ) {
+        let mut next = 0;
+        while next < items.len() {
+            let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+                while let Some(item) = items.get(next) {
+                    next += 1;
+                    drop(self.free_var(key(item)));
+                }
+            }));
+            if let Err(payload) = caught {
+                deferred.get_or_insert(payload);
+            }
         }
     }
 

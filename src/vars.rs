@@ -6,7 +6,7 @@ use slotmap::Key;
 use crate::error::Error;
 use crate::handle::{ScopeId, ScopeKey, VarId};
 use crate::names::{Name, validate_name};
-use crate::tree::{ScopeTree, sig_bit};
+use crate::tree::{ScopeTree, resume, sig_bit};
 
 impl ScopeTree {
     /// Gets the variable `name` of `scope` itself, creating it (uninitialised)
@@ -124,6 +124,10 @@ impl ScopeTree {
     /// [`Error::InvalidName`] or [`Error::ForeignSymbol`] for any name (then
     /// nothing is erased); [`Error::StaleScope`] or [`Error::ForeignScope`].
     ///
+    /// # Panics
+    /// Only if a value's own `Drop` panics. That panic is passed on once every
+    /// variable named is erased, so the scope stays consistent and usable.
+    ///
     /// ```
     /// use scopetree::ScopeTree;
     /// let mut tree = ScopeTree::new();
@@ -151,6 +155,10 @@ impl ScopeTree {
     /// # Errors
     /// [`Error::InvalidName`] or [`Error::ForeignSymbol`] for any name (then
     /// nothing is erased); [`Error::StaleScope`] or [`Error::ForeignScope`].
+    ///
+    /// # Panics
+    /// Only if a value's own `Drop` panics. That panic is passed on once every
+    /// variable named is erased, so the scope stays consistent and usable.
     ///
     /// ```
     /// use scopetree::ScopeTree;
@@ -199,9 +207,9 @@ impl ScopeTree {
             }
             slot.sig = slot.vars.signature();
         }
-        for &v in &erased {
-            self.free_var(v);
-        }
+        let mut deferred = None;
+        self.free_vars(&erased, |&v| v, &mut deferred);
+        resume(deferred);
         erased.len()
     }
 
@@ -211,6 +219,10 @@ impl ScopeTree {
     ///
     /// # Errors
     /// [`Error::StaleVar`] or [`Error::ForeignVar`].
+    ///
+    /// # Panics
+    /// Only if a value's own `Drop` panics. That panic is passed on once every
+    /// variable named is erased, so the scope stays consistent and usable.
     ///
     /// ```
     /// use scopetree::ScopeTree;
