@@ -265,13 +265,19 @@ impl ScopeTree {
     /// Creates a tree with room for `scopes` scopes and `vars` variables
     /// before its arenas reallocate.
     ///
+    /// The capacities are hints, clamped to the most slots an arena can index
+    /// (2^32 − 2). As with `Vec::with_capacity`, an allocation the system
+    /// cannot satisfy aborts the process; it does not panic.
+    ///
     /// ```
     /// use scopetree::ScopeTree;
     /// let tree = ScopeTree::with_capacity(1024, 8192);
     /// assert_eq!(tree.scope_count(), 1);
     /// ```
     pub fn with_capacity(scopes: usize, vars: usize) -> Self {
-        let mut scope_map = SlotMap::with_capacity_and_key(scopes.max(1));
+        const MAX_SLOTS: usize = (u32::MAX - 1) as usize;
+        let (scopes, vars) = (scopes.clamp(1, MAX_SLOTS), vars.min(MAX_SLOTS));
+        let mut scope_map = SlotMap::with_capacity_and_key(scopes);
         let root = scope_map.insert(ScopeSlot::new(ScopeKey::null(), NO_NAME, 0));
         ScopeTree {
             scopes: scope_map,
