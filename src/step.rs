@@ -274,7 +274,9 @@ impl StepScopes {
     /// one variable per declared [`StepVar`].
     ///
     /// The scope is a parked one if the step scopes hold one (after a
-    /// `recycle`; no arena work at all), else a new kid of the parent. With a
+    /// `recycle`; no arena work at all), else a new kid of the parent. A
+    /// parked scope deleted meanwhile (say by `drop_kids` on the parent) is
+    /// replaced by a new one. With a
     /// window full, step `t - window` is recycled into step `t`: its handles
     /// go stale and its values move to step `t`'s variables. O(step
     /// variables); no heap allocation once the arena has room.
@@ -308,6 +310,10 @@ impl StepScopes {
             for &sym in &self.syms {
                 self.vars.push(tree.insert_var(scope.key, sym));
             }
+        } else if !tree.contains_scope(self.scopes[slot]) {
+            // A parked scope deleted behind our back (`drop_kids` on the
+            // parent): replace it rather than open a stale step.
+            self.renew_slot(tree, slot)?;
         }
         self.end += 1;
         Ok(t)
