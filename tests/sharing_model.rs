@@ -152,8 +152,16 @@ fn run_store(
     }
 }
 
+/// Cases to run: `PROPTEST_CASES` if set, else 512.
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(512)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
     #[test]
     fn default_names_match_tensorflow(ops in program()) {
         let mut reference = Reference { counts: HashMap::new(), captured: Vec::new(), log: Vec::new() };
