@@ -6,7 +6,7 @@ use slotmap::Key;
 use crate::error::Error;
 use crate::handle::{ScopeId, ScopeKey, VarId};
 use crate::names::{Name, validate_name};
-use crate::tree::{ScopeTree, sig_bit};
+use crate::tree::ScopeTree;
 
 impl ScopeTree {
     /// Gets the variable `name` of `scope` itself, creating it (uninitialised)
@@ -195,8 +195,8 @@ impl ScopeTree {
                     i += 1;
                 }
             }
-            slot.sig = slot.vars.signature();
         }
+        self.refresh_sig(s);
         for &v in &erased {
             self.free_var(v);
         }
@@ -316,7 +316,7 @@ impl ScopeTree {
             None => {}
         }
         slot.vars.rename_at(pos, sym);
-        slot.sig = slot.vars.signature() | sig_bit(sym);
+        self.refresh_sig(s);
         if let Some(v) = self.vars.get_mut(var) {
             v.name = sym;
         }
