@@ -404,7 +404,12 @@ impl ScopeTree {
                 tree: self.tag,
             });
         }
-        self.vars.get(var.key).ok_or(Error::StaleVar { var })
+        // A `match`, not `ok_or`: an eagerly built error is dropped on every
+        // successful read, a call on the hot path of `get`.
+        match self.vars.get(var.key) {
+            Some(slot) => Ok(slot),
+            None => Err(Error::StaleVar { var }),
+        }
     }
 
     /// Mutable [`var_slot`](Self::var_slot).
