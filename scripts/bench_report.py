@@ -9,6 +9,7 @@ against depth, log-log, drawn by hand (no plotting library needed).
 Usage: python3 scripts/bench_report.py [criterion_dir] > tables.md
 """
 
+import html
 import json
 import math
 import pathlib
@@ -172,7 +173,7 @@ def svg(data):
             out.append(f'<circle cx="{px(int(p)):.1f}" cy="{py(v):.1f}" r="3" fill="{c}"/>')
         ly = h - mb + 56 + i * 16
         out.append(f'<line x1="{ml}" x2="{ml + 24}" y1="{ly - 4}" y2="{ly - 4}" stroke="{c}" stroke-width="2"/>')
-        out.append(f'<text x="{ml + 30}" y="{ly}">{label}</text>')
+        out.append(f'<text x="{ml + 30}" y="{ly}">{html.escape(label)}</text>')
     out.append("</svg>")
     SVG.write_text("\n".join(out) + "\n")
 
