@@ -207,10 +207,9 @@ impl fmt::Display for Dot<'_> {
                 label.push_str(vars.trim_end());
             }
             writeln!(f, "  {} [label=\"{}\"];", node_id(key), escape(&label))?;
-            if id != self.top {
-                if let Some(slot) = self.tree.scopes.get(key) {
-                    writeln!(f, "  {} -> {};", node_id(slot.parent), node_id(key))?;
-                }
+            if id != self.top && self.tree.scopes.contains_key(key) {
+                let parent = self.tree.parent_key(key);
+                writeln!(f, "  {} -> {};", node_id(parent), node_id(key))?;
             }
         }
         writeln!(f, "}}")

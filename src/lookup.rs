@@ -1,27 +1,40 @@
 //! Lookups: in one scope, and up the parent chain.
 
+use slotmap::Key;
+
 use crate::error::Error;
 use crate::handle::{ScopeId, ScopeKey, VarId, VarKey};
 use crate::names::Name;
-use crate::tree::{ScopeTree, sig_bit};
+use crate::tree::{ScopeTree, sig_bit, slot_index};
 
 impl ScopeTree {
-    /// Walks from `start` to the root and returns the first scope that holds
-    /// `sym`, with the variable. A level whose signature lacks the symbol's
-    /// bit is skipped with one load.
+    /// Walks from the live scope `start` to the root and returns the first
+    /// scope that holds `sym`, with the variable.
+    ///
+    /// The walk reads the dense parent and signature arrays, one 8-byte load
+    /// of the parent per level; a level whose signature lacks the symbol's
+    /// bit is skipped without touching its slot. The ancestors of a live scope
+    /// are live (deleting a scope deletes its subtree), so only `start` needs a
+    /// version check, done by the caller.
     #[inline]
     pub(crate) fn find_sym(&self, start: ScopeKey, sym: u32) -> Option<(ScopeKey, VarKey)> {
         let bit = sig_bit(sym);
         let mut key = start;
-        while let Some(slot) = self.scopes.get(key) {
-            if slot.sig & bit != 0 {
-                if let Some(v) = slot.vars.find(sym) {
+        loop {
+            let i = slot_index(key);
+            let (Some(&parent), Some(&sig)) = (self.up.get(i), self.sigs.get(i)) else {
+                return None;
+            };
+            if sig & bit != 0 {
+                if let Some(v) = self.scopes.get(key).and_then(|s| s.vars.find(sym)) {
                     return Some((key, v));
                 }
             }
-            key = slot.parent;
+            if parent.is_null() {
+                return None;
+            }
+            key = parent;
         }
-        None
     }
 
     /// Finds `name` in `scope` or, failing that, in its nearest ancestor that

@@ -190,11 +190,23 @@ impl Hasher for FxHasher {
             w.copy_from_slice(c);
             self.add(u64::from_le_bytes(w));
         }
-        let rest = chunks.remainder();
+        // The tail (1 to 7 bytes) is read with at most three loads, not
+        // copied through a stack buffer: a short name is one word to hash.
+        let mut rest = chunks.remainder();
         if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w));
+            let (mut w, mut shift) = (0u64, 0);
+            if let Some((four, tail)) = rest.split_first_chunk::<4>() {
+                w = u64::from(u32::from_le_bytes(*four));
+                (rest, shift) = (tail, 32);
+            }
+            if let Some((two, tail)) = rest.split_first_chunk::<2>() {
+                w |= u64::from(u16::from_le_bytes(*two)) << shift;
+                (rest, shift) = (tail, shift + 16);
+            }
+            if let Some(&b) = rest.first() {
+                w |= u64::from(b) << shift;
+            }
+            self.add(w);
         }
     }
     #[inline]

@@ -58,9 +58,9 @@ pub struct Ancestors<'a> {
 impl Iterator for Ancestors<'_> {
     type Item = ScopeId;
     fn next(&mut self) -> Option<ScopeId> {
-        let slot = self.tree.scopes.get(self.next)?;
+        self.tree.scopes.get(self.next)?;
         let id = ScopeId::new(self.next, self.tree.tag);
-        self.next = slot.parent;
+        self.next = self.tree.parent_key(self.next);
         Some(id)
     }
 }
@@ -114,7 +114,7 @@ impl Iterator for Descendants<'_> {
                 self.next = s.next_sib;
                 break;
             }
-            k = s.parent;
+            k = self.tree.parent_key(k);
             self.depth = self.depth.saturating_sub(1);
         }
         Some(item)

@@ -129,14 +129,13 @@ impl VarTable {
 
 /// A scope in the arena.
 ///
-/// `repr(C)` keeps the fields a lookup reads (parent, signature, table) at the
-/// front of the slot.
+/// The two fields a lookup reads at every level, the parent and the name
+/// signature, are not here: they live in [`ScopeTree::up`] and
+/// [`ScopeTree::sigs`], dense arrays indexed by slot index, so that a walk up
+/// the tree is one 8-byte load per level. `repr(C)` keeps the table, which a
+/// lookup reads when a signature matches, at the front of the slot.
 #[repr(C)]
 pub(crate) struct ScopeSlot {
-    pub(crate) parent: ScopeKey,
-    /// Bit `sym % 64` is set for every local name: a lookup skips a level whose
-    /// signature lacks the bit without touching its table.
-    pub(crate) sig: u64,
     pub(crate) vars: VarTable,
     pub(crate) first_kid: ScopeKey,
     pub(crate) last_kid: ScopeKey,
@@ -147,10 +146,8 @@ pub(crate) struct ScopeSlot {
 }
 
 impl ScopeSlot {
-    fn new(parent: ScopeKey, name: u32, depth: u32) -> Self {
+    fn new(name: u32, depth: u32) -> Self {
         ScopeSlot {
-            parent,
-            sig: 0,
             vars: VarTable::default(),
             first_kid: ScopeKey::null(),
             last_kid: ScopeKey::null(),
@@ -225,6 +222,13 @@ pub struct ScopeTree {
     retired_vars: usize,
     pub(crate) unique_counter: u64,
     spare_tables: Vec<Vec<Entry>>,
+    /// The parent of each scope slot, by slot index (null for the root).
+    /// A live scope's entry is set when it is created and never changes.
+    pub(crate) up: Vec<ScopeKey>,
+    /// The name signature of each scope slot, by slot index: bit `sym % 64` is
+    /// set for every local name, so a lookup skips a level whose signature
+    /// lacks the bit without touching its slot.
+    pub(crate) sigs: Vec<u64>,
 }
 
 const _: () = {
@@ -278,8 +282,9 @@ impl ScopeTree {
         const MAX_SLOTS: usize = (u32::MAX - 1) as usize;
         let (scopes, vars) = (scopes.clamp(1, MAX_SLOTS), vars.min(MAX_SLOTS));
         let mut scope_map = SlotMap::with_capacity_and_key(scopes);
-        let root = scope_map.insert(ScopeSlot::new(ScopeKey::null(), NO_NAME, 0));
-        ScopeTree {
+        let root = scope_map.insert(ScopeSlot::new(NO_NAME, 0));
+        let hot = scope_map.capacity() + 1;
+        let mut tree = ScopeTree {
             scopes: scope_map,
             vars: SlotMap::with_capacity_and_key(vars),
             names: Interner::default(),
@@ -289,7 +294,11 @@ impl ScopeTree {
             retired_vars: 0,
             unique_counter: 0,
             spare_tables: Vec::new(),
-        }
+            up: Vec::with_capacity(hot),
+            sigs: Vec::with_capacity(hot),
+        };
+        tree.set_hot(root, ScopeKey::null());
+        tree
     }
 
     /// The tag carried by every handle of this tree.
@@ -415,7 +424,12 @@ impl ScopeTree {
                 tree: self.tag,
             });
         }
-        self.vars.get(var.key).ok_or(Error::StaleVar { var })
+        // A `match`, not `ok_or`: an eagerly built error is dropped on every
+        // successful read, a call on the hot path of `get`.
+        match self.vars.get(var.key) {
+            Some(slot) => Ok(slot),
+            None => Err(Error::StaleVar { var }),
+        }
     }
 
     /// Mutable [`var_slot`](Self::var_slot).
@@ -644,9 +658,10 @@ impl ScopeTree {
             Some(p) => (p.depth.saturating_add(1).min(RETIRED - 1), p.last_kid),
             None => (0, ScopeKey::null()),
         };
-        let mut slot = ScopeSlot::new(parent, name, depth);
+        let mut slot = ScopeSlot::new(name, depth);
         slot.prev_sib = prev;
         let key = self.scopes.insert(slot);
+        self.set_hot(key, parent);
         if let Some(prev_slot) = self.scopes.get_mut(prev) {
             prev_slot.next_sib = key;
         }
@@ -657,6 +672,31 @@ impl ScopeTree {
             p.last_kid = key;
         }
         ScopeId::new(key, self.tag)
+    }
+
+    /// Records the parent of a new scope slot and clears its signature.
+    fn set_hot(&mut self, key: ScopeKey, parent: ScopeKey) {
+        let i = slot_index(key);
+        if self.up.len() <= i {
+            self.up.resize(i + 1, ScopeKey::null());
+            self.sigs.resize(i + 1, 0);
+        }
+        self.up[i] = parent;
+        self.sigs[i] = 0;
+    }
+
+    /// The parent key of a live scope (or of one just freed); null for the root.
+    #[inline]
+    pub(crate) fn parent_key(&self, key: ScopeKey) -> ScopeKey {
+        self.up.get(slot_index(key)).copied().unwrap_or_default()
+    }
+
+    /// Sets the name signature of a live scope from its table.
+    pub(crate) fn refresh_sig(&mut self, key: ScopeKey) {
+        let sig = self.scopes.get(key).map_or(0, |s| s.vars.signature());
+        if let Some(s) = self.sigs.get_mut(slot_index(key)) {
+            *s = sig;
+        }
     }
 
     /// The parent of `scope`; `None` for the root. O(1).
@@ -672,8 +712,8 @@ impl ScopeTree {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn parent(&self, scope: ScopeId) -> Result<Option<ScopeId>, Error> {
-        let slot = self.scope_slot(scope)?;
-        Ok((!slot.parent.is_null()).then(|| ScopeId::new(slot.parent, self.tag)))
+        let parent = self.parent_key(self.check_scope(scope)?);
+        Ok((!parent.is_null()).then(|| ScopeId::new(parent, self.tag)))
     }
 
     /// The depth of `scope`: 0 for the root, 1 for its kids, and so on. O(1).
@@ -708,7 +748,7 @@ impl ScopeTree {
     /// ```
     pub fn has_kid(&self, parent: ScopeId, kid: ScopeId) -> Result<bool, Error> {
         let p = self.check_scope(parent)?;
-        Ok(self.scope_slot(kid)?.parent == p)
+        Ok(self.parent_key(self.check_scope(kid)?) == p)
     }
 
     /// Number of direct kids of `scope`. O(number of kids).
@@ -751,7 +791,7 @@ impl ScopeTree {
 
     /// The path of a live scope key (see [`path`](Self::path)).
     pub(crate) fn path_of(&self, key: ScopeKey) -> String {
-        path_in(&self.scopes, &self.names, key)
+        path_in(&self.scopes, &self.up, &self.names, key)
     }
 
     /// Appends one path component: the scope's name or `#idx v version`.
@@ -874,7 +914,7 @@ impl ScopeTree {
         let Some(slot) = self.scopes.get(key) else {
             return;
         };
-        let (parent, prev, next) = (slot.parent, slot.prev_sib, slot.next_sib);
+        let (parent, prev, next) = (self.parent_key(key), slot.prev_sib, slot.next_sib);
         if let Some(p) = self.scopes.get_mut(prev) {
             p.next_sib = next;
         }
@@ -912,10 +952,13 @@ impl ScopeTree {
             if node == top {
                 return;
             }
-            if let Some(p) = self.scopes.get_mut(slot.parent) {
+            // The freed slot's `up` entry is only overwritten when the slot
+            // is reused, which cannot happen before the next insert.
+            let parent = self.parent_key(node);
+            if let Some(p) = self.scopes.get_mut(parent) {
                 p.first_kid = slot.next_sib;
             }
-            node = slot.parent;
+            node = parent;
         }
     }
 
@@ -927,7 +970,7 @@ impl ScopeTree {
     fn free_scope(&mut self, key: ScopeKey, deferred: &mut DeferredPanic) -> Option<ScopeSlot> {
         let mut slot = if key_version(key.data()) == u32::MAX {
             let live = self.scopes.get_mut(key)?;
-            let mut tomb = ScopeSlot::new(ScopeKey::null(), NO_NAME, RETIRED);
+            let mut tomb = ScopeSlot::new(NO_NAME, RETIRED);
             mem::swap(live, &mut tomb);
             self.retired_scopes += 1;
             tomb
@@ -1007,7 +1050,9 @@ impl ScopeTree {
         if let Some(slot) = self.scopes.get_mut(scope) {
             slot.vars
                 .push(Entry { sym, var: key }, &mut self.spare_tables);
-            slot.sig |= sig_bit(sym);
+            if let Some(sig) = self.sigs.get_mut(slot_index(scope)) {
+                *sig |= sig_bit(sym);
+            }
         }
         VarId::new(key, self.tag)
     }
@@ -1032,7 +1077,9 @@ impl ScopeTree {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn heap_bytes(&self) -> usize {
-        let arenas = (self.scopes.capacity() + 1) * scope_slot_bytes()
+        let arenas = (self.scopes.capacity() + 1) * arena_slot_bytes::<ScopeSlot>()
+            + self.up.capacity() * mem::size_of::<ScopeKey>()
+            + self.sigs.capacity() * mem::size_of::<u64>()
             + (self.vars.capacity() + 1) * var_slot_bytes();
         let tables: usize = self
             .scopes
@@ -1058,13 +1105,20 @@ impl ScopeTree {
     }
 }
 
-/// Bytes of one scope slot in the arena (the slot plus slotmap's version).
+/// Bytes of one scope in the arena: its slot (with slotmap's version) and its
+/// entries in the parent and signature arrays that lookups walk.
 ///
 /// ```
 /// assert!(scopetree::scope_slot_bytes() <= 128);
 /// ```
 pub fn scope_slot_bytes() -> usize {
-    arena_slot_bytes::<ScopeSlot>()
+    arena_slot_bytes::<ScopeSlot>() + mem::size_of::<ScopeKey>() + mem::size_of::<u64>()
+}
+
+/// The slot index of a key: its low 32 bits (slotmap's `KeyData` layout).
+#[inline]
+pub(crate) fn slot_index(key: ScopeKey) -> usize {
+    key.data().as_ffi() as u32 as usize
 }
 
 /// Bytes of one variable slot in the arena (the slot plus slotmap's version),
@@ -1087,17 +1141,19 @@ fn arena_slot_bytes<T>() -> usize {
 /// split holds only those; see [`ScopeTree::path`]). O(depth).
 pub(crate) fn path_in(
     scopes: &SlotMap<ScopeKey, ScopeSlot>,
+    up: &[ScopeKey],
     names: &Interner,
     key: ScopeKey,
 ) -> String {
     let mut parts: Vec<ScopeKey> = Vec::new();
     let mut k = key;
-    while let Some(slot) = scopes.get(k) {
-        if slot.parent.is_null() {
+    while scopes.contains_key(k) {
+        let parent = up.get(slot_index(k)).copied().unwrap_or_default();
+        if parent.is_null() {
             break;
         }
         parts.push(k);
-        k = slot.parent;
+        k = parent;
     }
     let mut out = String::new();
     for (i, k) in parts.iter().rev().enumerate() {

@@ -113,11 +113,15 @@ impl ScopeTree {
         if !ok {
             return Err(self.read_error::<T>(var));
         }
-        self.var_slot_mut(var)?
+        match self
+            .var_slot_mut(var)?
             .value
             .as_deref_mut()
             .and_then(|v| as_any_mut(v).downcast_mut::<T>())
-            .ok_or(Error::StaleVar { var })
+        {
+            Some(t) => Ok(t),
+            None => Err(Error::StaleVar { var }),
+        }
     }
 
     /// Sets the value of `var`, dropping any value it held, of whatever type.
@@ -136,6 +140,7 @@ impl ScopeTree {
     /// assert!(tree.is::<&str>(v)?);
     /// # Ok::<(), scopetree::Error>(())
     /// ```
+    #[inline]
     pub fn set<T: Any + Send + Sync>(&mut self, var: VarId, value: T) -> Result<(), Error> {
         let slot = self.var_slot_mut(var)?;
         if let Some(old) = slot

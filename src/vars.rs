@@ -6,7 +6,7 @@ use slotmap::Key;
 use crate::error::Error;
 use crate::handle::{ScopeId, ScopeKey, VarId};
 use crate::names::{Name, validate_name};
-use crate::tree::{ScopeTree, resume, sig_bit};
+use crate::tree::{ScopeTree, resume};
 
 impl ScopeTree {
     /// Gets the variable `name` of `scope` itself, creating it (uninitialised)
@@ -205,8 +205,8 @@ impl ScopeTree {
                     i += 1;
                 }
             }
-            slot.sig = slot.vars.signature();
         }
+        self.refresh_sig(s);
         let mut deferred = None;
         self.free_vars(&erased, |&v| v, &mut deferred);
         resume(deferred);
@@ -330,7 +330,7 @@ impl ScopeTree {
             None => {}
         }
         slot.vars.rename_at(pos, sym);
-        slot.sig = slot.vars.signature() | sig_bit(sym);
+        self.refresh_sig(s);
         if let Some(v) = self.vars.get_mut(var) {
             v.name = sym;
         }

@@ -52,6 +52,7 @@ struct Owned {
 struct Shared<'t> {
     tag: TreeTag,
     scopes: &'t SlotMap<ScopeKey, ScopeSlot>,
+    up: &'t [ScopeKey],
     names: &'t Interner,
     /// The shared side, sorted by key.
     vars: Vec<(VarKey, &'t VarSlot)>,
@@ -191,6 +192,7 @@ impl ScopeTree {
         let shared = Arc::new(Shared {
             tag: self.tag,
             scopes: &self.scopes,
+            up: &self.up,
             names: &self.names,
             vars: shared_vars,
             owned,
@@ -416,7 +418,7 @@ impl<'t> WorkerScope<'t> {
     }
 
     fn path(&self, key: ScopeKey) -> String {
-        path_in(self.shared.scopes, self.shared.names, key)
+        path_in(self.shared.scopes, self.shared.up, self.shared.names, key)
     }
 
     /// Position of an own variable for a write; an error naming why not.

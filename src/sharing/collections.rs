@@ -78,7 +78,7 @@ impl VariableStore {
             if slot.depth <= top_depth {
                 return s == top;
             }
-            s = slot.parent;
+            s = self.tree.parent_key(s);
         }
         false
     }

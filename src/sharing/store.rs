@@ -388,12 +388,12 @@ impl VariableStore {
         let Some(meta) = self.scope_meta.get(key) else {
             return 0;
         };
-        let mut k = self
-            .tree
-            .scopes
-            .get(key)
-            .map_or(ScopeKey::null(), |s| s.parent);
-        while let Some(slot) = self.tree.scopes.get(k) {
+        let mut k = if self.tree.scopes.contains_key(key) {
+            self.tree.parent_key(key)
+        } else {
+            ScopeKey::null()
+        };
+        while self.tree.scopes.contains_key(k) {
             if self
                 .scope_meta
                 .get(k)
@@ -401,7 +401,7 @@ impl VariableStore {
             {
                 return 0;
             }
-            k = slot.parent;
+            k = self.tree.parent_key(k);
         }
         meta.count
     }

@@ -1,0 +1,163 @@
+//! `find_var` against depth and width, next to the Paddle-style baseline.
+//!
+//! Groups (criterion ids `group/function/parameter`):
+//! - `find_var_root_hit/*/d`: from the scope at depth `d`, a name held only
+//!   by the root: the lookup walks all `d + 1` levels.
+//! - `find_var_local_hit/*/d`: a name held by the starting scope.
+//! - `find_var_miss/*/d`: a name the tree interned but no level on the way
+//!   holds (scopetree) / no level holds (Paddle-style).
+//! - `find_var_width/*/n`: a scope at depth 1 holding `n` variables; a local
+//!   hit on its last variable and a root hit through it.
+//!
+//! Functions: `scopetree_str` (name as `&str`, hashed once per lookup),
+//! `scopetree_sym` (an interned `Symbol`), `paddle_style` (SipHash, a lock and
+//! a hash at every level), `paddle_style_fx` (the same with an Fx hasher).
+
+#[path = "support/chains.rs"]
+mod chains;
+#[path = "support/paddle_style.rs"]
+mod paddle_style;
+
+use std::hash::{BuildHasherDefault, RandomState};
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use scopetree::ScopeTree;
+
+use chains::{DEPTHS, paddle_chain, scopetree_chain, var_name};
+use paddle_style::{Fx, PaddleScope};
+
+/// Which variable a depth group looks up from the scope at depth `d`.
+#[derive(Clone, Copy)]
+enum Case {
+    RootHit,
+    LocalHit,
+    Miss,
+}
+
+impl Case {
+    fn group(self) -> &'static str {
+        match self {
+            Case::RootHit => "find_var_root_hit",
+            Case::LocalHit => "find_var_local_hit",
+            Case::Miss => "find_var_miss",
+        }
+    }
+
+    fn name(self, d: usize) -> String {
+        match self {
+            Case::RootHit => var_name(0, 0),
+            Case::LocalHit => var_name(d, 0),
+            Case::Miss => "absent".to_owned(),
+        }
+    }
+}
+
+fn depth_group(c: &mut Criterion, case: Case) {
+    let mut g = c.benchmark_group(case.group());
+    for &d in &DEPTHS {
+        let name = case.name(d);
+        let (mut tree, scopes) = scopetree_chain(d);
+        let at = scopes[d];
+        // Intern the missing name too, so that the miss walks the chain
+        // instead of stopping at the interner.
+        let sym = tree.intern(name.as_str()).unwrap();
+        let expect_hit = !matches!(case, Case::Miss);
+        assert_eq!(
+            tree.find_var(at, name.as_str()).unwrap().is_some(),
+            expect_hit
+        );
+
+        g.bench_with_input(BenchmarkId::new("scopetree_str", d), &d, |b, _| {
+            b.iter(|| {
+                tree.find_var(black_box(at), black_box(name.as_str()))
+                    .unwrap()
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("scopetree_sym", d), &d, |b, _| {
+            b.iter(|| tree.find_var(black_box(at), black_box(sym)).unwrap())
+        });
+
+        let paddle = paddle_chain::<RandomState>(d);
+        let p: &PaddleScope = &paddle[d];
+        assert_eq!(p.find_var(&name).is_some(), expect_hit);
+        g.bench_with_input(BenchmarkId::new("paddle_style", d), &d, |b, _| {
+            b.iter(|| p.find_var(black_box(&name)))
+        });
+        if matches!(case, Case::RootHit) {
+            let paddle_fx = paddle_chain::<BuildHasherDefault<Fx>>(d);
+            let p = &paddle_fx[d];
+            g.bench_with_input(BenchmarkId::new("paddle_style_fx", d), &d, |b, _| {
+                b.iter(|| p.find_var(black_box(&name)))
+            });
+        }
+    }
+    g.finish();
+}
+
+fn root_hit(c: &mut Criterion) {
+    depth_group(c, Case::RootHit);
+}
+
+fn local_hit(c: &mut Criterion) {
+    depth_group(c, Case::LocalHit);
+}
+
+fn miss(c: &mut Criterion) {
+    depth_group(c, Case::Miss);
+}
+
+/// A scope at depth 1 with `n` variables: a local hit on the last one, and a
+/// hit at the root through it.
+fn width(c: &mut Criterion) {
+    let mut g = c.benchmark_group("find_var_width");
+    for n in [1usize, 8, 64, 1024] {
+        let mut tree = ScopeTree::new();
+        let root = tree.root();
+        tree.var(root, "W").unwrap();
+        let wide = tree.new_scope(root).unwrap();
+        let paddle = PaddleScope::new_root();
+        paddle.set("W", 0.0_f32);
+        let paddle_wide = paddle.new_scope();
+        for i in 0..n {
+            tree.var(wide, format!("x{i}")).unwrap();
+            paddle_wide.set(&format!("x{i}"), 0.0_f32);
+        }
+        let last = format!("x{}", n - 1);
+        let last_sym = tree.intern(last.as_str()).unwrap();
+        let w_sym = tree.intern("W").unwrap();
+
+        g.bench_with_input(BenchmarkId::new("scopetree_str_local", n), &n, |b, _| {
+            b.iter(|| {
+                tree.find_var(black_box(wide), black_box(last.as_str()))
+                    .unwrap()
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("scopetree_sym_local", n), &n, |b, _| {
+            b.iter(|| tree.find_var(black_box(wide), black_box(last_sym)).unwrap())
+        });
+        g.bench_with_input(BenchmarkId::new("paddle_style_local", n), &n, |b, _| {
+            b.iter(|| paddle_wide.find_var(black_box(&last)))
+        });
+        g.bench_with_input(BenchmarkId::new("scopetree_str_root", n), &n, |b, _| {
+            b.iter(|| tree.find_var(black_box(wide), black_box("W")).unwrap())
+        });
+        g.bench_with_input(BenchmarkId::new("scopetree_sym_root", n), &n, |b, _| {
+            b.iter(|| tree.find_var(black_box(wide), black_box(w_sym)).unwrap())
+        });
+        g.bench_with_input(BenchmarkId::new("paddle_style_root", n), &n, |b, _| {
+            b.iter(|| paddle_wide.find_var(black_box("W")))
+        });
+    }
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(1));
+    targets = root_hit, local_hit, miss, width
+}
+criterion_main!(benches);

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Turn criterion's output into the tables and the chart of docs/benchmarks.md.
+
+Reads every target/criterion/**/new/{benchmark,estimates}.json (the medians of
+the last run of each benchmark), prints one Markdown table per group with the
+ratios the brief asks for, and writes docs/lookup_depth.svg: lookup time
+against depth, log-log, drawn by hand (no plotting library needed).
+
+Usage: python3 scripts/bench_report.py [criterion_dir] > tables.md
+"""
+
+import html
+import json
+import math
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CRIT = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "target" / "criterion"
+SVG = ROOT / "docs" / "lookup_depth.svg"
+
+
+def load():
+    """{group: {function: {param: median_ns}}}"""
+    out = {}
+    for bench in CRIT.glob("**/new/benchmark.json"):
+        meta = json.loads(bench.read_text())
+        est = json.loads((bench.parent / "estimates.json").read_text())
+        group = meta["group_id"]
+        func = meta.get("function_id") or meta["group_id"]
+        param = meta.get("value_str") or "-"
+        out.setdefault(group, {}).setdefault(func, {})[param] = est["median"]["point_estimate"]
+    return out
+
+
+def fmt(ns):
+    if ns is None:
+        return "–"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.2f} µs"
+    return f"{ns:.1f} ns" if ns < 100 else f"{ns:.0f} ns"
+
+
+def key(p):
+    return (0, int(p)) if p.isdigit() else (1, p)
+
+
+# Ratio columns per group: (title, numerator function, denominator function).
+RATIOS = {
+    "find_var_root_hit": [
+        ("paddle / scopetree (str)", "paddle_style", "scopetree_str"),
+        ("paddle / scopetree (sym)", "paddle_style", "scopetree_sym"),
+    ],
+    "find_var_local_hit": [("paddle / scopetree (str)", "paddle_style", "scopetree_str")],
+    "find_var_miss": [("paddle / scopetree (str)", "paddle_style", "scopetree_str")],
+    "find_var_width": [
+        ("paddle / scopetree, local (str)", "paddle_style_local", "scopetree_str_local"),
+        ("paddle / scopetree, root (str)", "paddle_style_root", "scopetree_str_root"),
+    ],
+    "peers_full_path": [
+        ("candle get / scopetree find_var", "candle_varbuilder_get", "scopetree_find_var"),
+        ("candle contains / scopetree find_var", "candle_contains_tensor", "scopetree_find_var"),
+        ("paddle / scopetree, root hit", "paddle_style_root_hit", "scopetree_root_hit"),
+    ],
+}
+
+# Groups whose benchmarks pair up by name rather than by parameter.
+PAIRS = {
+    "handle_read": [
+        ("read one", "scopetree_get_one", "vec_floor_get_one"),
+        ("read 1024 (sweep)", "scopetree_get_sweep_1024", "vec_floor_get_sweep_1024"),
+        ("overwrite one", "scopetree_set", "vec_floor_set"),
+    ],
+    "step_churn": [
+        ("structural, names as symbols", "scopetree_structural_sym", "paddle_style_structural"),
+        ("structural, names as &str", "scopetree_structural_str", "paddle_style_structural"),
+        ("with values", "scopetree_values_sym", "paddle_style_values"),
+    ],
+    "wide_parent_10k": [
+        ("delete one kid, create one", "scopetree_delete_recreate", "paddle_style_delete_recreate"),
+    ],
+    "tree_100k_scopes_1m_vars": [
+        ("build", "scopetree_build", "paddle_style_build"),
+        ("teardown", "scopetree_teardown", "paddle_style_teardown"),
+    ],
+}
+PAIR_HEADS = {
+    "handle_read": ("scopetree", "Vec floor", "scopetree / floor"),
+    "step_churn": ("scopetree", "Paddle-style", "Paddle-style / scopetree"),
+    "wide_parent_10k": ("scopetree", "Paddle-style", "Paddle-style / scopetree"),
+    "tree_100k_scopes_1m_vars": ("scopetree", "Paddle-style", "Paddle-style / scopetree"),
+}
+
+
+def pivot(group, funcs):
+    names = list(funcs)
+    params = sorted({p for f in funcs.values() for p in f}, key=key)
+    ratios = RATIOS.get(group, [])
+    per_level = group.startswith("find_var_root_hit")
+    head = ["param"] + names + [r[0] for r in ratios]
+    if per_level:
+        head.append("scopetree (sym) per level")
+    lines = [f"#### `{group}`", "", "| " + " | ".join(head) + " |",
+             "|" + "---|" * len(head)]
+    for p in params:
+        row = [p] + [fmt(funcs[n].get(p)) for n in names]
+        for _, num, den in ratios:
+            a, b = funcs.get(num, {}).get(p), funcs.get(den, {}).get(p)
+            row.append(f"{a / b:.1f}×" if a and b else "–")
+        if per_level:
+            row.append(f"{funcs['scopetree_sym'][p] / (int(p) + 1):.2f} ns")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def pairs(group, funcs):
+    a_head, b_head, r_head = PAIR_HEADS[group]
+    lines = [f"#### `{group}`", "", f"| case | {a_head} | {b_head} | {r_head} |", "|---|---|---|---|"]
+    for title, a, b in PAIRS[group]:
+        x, y = funcs.get(a, {}).get("-"), funcs.get(b, {}).get("-")
+        if group == "handle_read":
+            r = f"{x / y:.2f}×" if x and y else "–"
+        else:
+            r = f"{y / x:.1f}×" if x and y else "–"
+        lines.append(f"| {title} | {fmt(x)} | {fmt(y)} | {r} |")
+    return lines
+
+
+def svg(data):
+    """Log-log chart of the root-hit lookup (and candle's full-path get)."""
+    series = []
+    colours = ["#1b6ac9", "#0b9a5c", "#d1495b", "#edae49", "#6d4c9f", "#555555"]
+    rh = data.get("find_var_root_hit", {})
+    for name, label in [("scopetree_sym", "scopetree find_var, Symbol"),
+                        ("scopetree_str", "scopetree find_var, &str"),
+                        ("paddle_style", "Paddle-style FindVar (SipHash)"),
+                        ("paddle_style_fx", "Paddle-style FindVar (Fx hash)")]:
+        if name in rh:
+            series.append((label + ", hit at root", rh[name]))
+    peers = data.get("peers_full_path", {})
+    if "candle_varbuilder_get" in peers:
+        series.append(("candle VarBuilder::get, full path at depth d", peers["candle_varbuilder_get"]))
+    if not series:
+        return
+    w, h, ml, mr, mt, mb = 760, 470, 70, 20, 30, 150
+    xs = sorted({int(p) for _, s in series for p in s})
+    ys = [v for _, s in series for v in s.values()]
+    x0, x1 = math.log10(min(xs)), math.log10(max(xs))
+    y0, y1 = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys)))
+    px = lambda x: ml + (math.log10(x) - x0) / (x1 - x0) * (w - ml - mr)
+    py = lambda y: mt + (1 - (math.log10(y) - y0) / (y1 - y0)) * (h - mt - mb)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+           f'font-family="sans-serif" font-size="12">',
+           f'<rect width="{w}" height="{h}" fill="white"/>',
+           f'<text x="{w / 2}" y="18" text-anchor="middle" font-size="14">'
+           'Variable lookup time against scope depth (criterion medians, log-log)</text>']
+    for e in range(y0, y1 + 1):
+        y = py(10 ** e)
+        out.append(f'<line x1="{ml}" x2="{w - mr}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{ml - 6}" y="{y + 4:.1f}" text-anchor="end">{fmt(10 ** e)}</text>')
+    for x in xs:
+        out.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{mt}" y2="{h - mb}" stroke="#eee"/>')
+        out.append(f'<text x="{px(x):.1f}" y="{h - mb + 16}" text-anchor="middle">{x}</text>')
+    out.append(f'<text x="{(ml + w - mr) / 2}" y="{h - mb + 34}" text-anchor="middle">'
+               'depth d of the scope the lookup starts from</text>')
+    for i, (label, s) in enumerate(series):
+        c = colours[i % len(colours)]
+        pts = " ".join(f"{px(int(p)):.1f},{py(v):.1f}" for p, v in sorted(s.items(), key=lambda kv: int(kv[0])))
+        out.append(f'<polyline fill="none" stroke="{c}" stroke-width="2" points="{pts}"/>')
+        for p, v in s.items():
+            out.append(f'<circle cx="{px(int(p)):.1f}" cy="{py(v):.1f}" r="3" fill="{c}"/>')
+        ly = h - mb + 56 + i * 16
+        out.append(f'<line x1="{ml}" x2="{ml + 24}" y1="{ly - 4}" y2="{ly - 4}" stroke="{c}" stroke-width="2"/>')
+        out.append(f'<text x="{ml + 30}" y="{ly}">{html.escape(label)}</text>')
+    out.append("</svg>")
+    SVG.write_text("\n".join(out) + "\n")
+
+
+def main():
+    data = load()
+    order = ["find_var_root_hit", "find_var_local_hit", "find_var_miss", "find_var_width",
+             "peers_full_path", "handle_read", "step_churn", "wide_parent_10k",
+             "tree_100k_scopes_1m_vars"]
+    for g in order + sorted(set(data) - set(order)):
+        if g not in data:
+            continue
+        lines = pairs(g, data[g]) if g in PAIRS else pivot(g, data[g])
+        print("\n".join(lines) + "\n")
+    svg(data)
+
+
+if __name__ == "__main__":
+    main()
