@@ -229,6 +229,12 @@ pub struct ScopeTree {
     /// set for every local name, so a lookup skips a level whose signature
     /// lacks the bit without touching its slot.
     pub(crate) sigs: Vec<u64>,
+    /// Every live named scope, by (parent key, name symbol): the index behind
+    /// [`kid`](ScopeTree::kid) and the name check of
+    /// [`new_named_scope`](ScopeTree::new_named_scope). Written when a named
+    /// scope is created and when it is freed (`free_scope`, which
+    /// every deletion goes through); unnamed scopes never touch it.
+    named_kids: FxHashMap<(ScopeKey, u32), ScopeKey>,
 }
 
 const _: () = {
@@ -296,6 +302,7 @@ impl ScopeTree {
             spare_tables: Vec::new(),
             up: Vec::with_capacity(hot),
             sigs: Vec::with_capacity(hot),
+            named_kids: FxHashMap::default(),
         };
         tree.set_hot(root, ScopeKey::null());
         tree
@@ -574,7 +581,8 @@ impl ScopeTree {
 
     /// Creates a kid of `parent` named `name`, after its existing kids. A named
     /// scope can be found again with [`kid`](Self::kid) and shows its name in
-    /// paths and dumps. O(number of kids of `parent`), to check the name.
+    /// paths and dumps. O(1) amortised after hashing the name: the name check
+    /// is one probe of the tree's index of named kids.
     ///
     /// # Errors
     /// [`Error::ScopeNameTaken`] if a kid of `parent` already has that name;
@@ -602,7 +610,9 @@ impl ScopeTree {
         Ok(self.insert_scope(p, sym))
     }
 
-    /// The kid of `parent` named `name`, if any. O(number of kids).
+    /// The kid of `parent` named `name`, if any. O(1) after hashing the name
+    /// (no hashing of text when `name` is a [`Symbol`]): one probe of the
+    /// tree's index of named kids, however many kids `parent` has.
     ///
     /// # Errors
     /// [`Error::InvalidName`]; [`Error::StaleScope`] or [`Error::ForeignScope`].
@@ -623,15 +633,9 @@ impl ScopeTree {
         Ok(self.kid_by_sym(p, sym).map(|k| ScopeId::new(k, self.tag)))
     }
 
+    #[inline]
     fn kid_by_sym(&self, parent: ScopeKey, sym: u32) -> Option<ScopeKey> {
-        let mut k = self.scopes.get(parent)?.first_kid;
-        while let Some(slot) = self.scopes.get(k) {
-            if slot.name == sym {
-                return Some(k);
-            }
-            k = slot.next_sib;
-        }
-        None
+        self.named_kids.get(&(parent, sym)).copied()
     }
 
     /// The name of a scope made with [`new_named_scope`](Self::new_named_scope);
@@ -662,6 +666,9 @@ impl ScopeTree {
         slot.prev_sib = prev;
         let key = self.scopes.insert(slot);
         self.set_hot(key, parent);
+        if name != NO_NAME {
+            self.named_kids.insert((parent, name), key);
+        }
         if let Some(prev_slot) = self.scopes.get_mut(prev) {
             prev_slot.next_sib = key;
         }
@@ -977,6 +984,14 @@ impl ScopeTree {
         } else {
             self.scopes.remove(key)?
         };
+        if slot.name != NO_NAME {
+            // The freed slot's `up` entry still holds its parent (see
+            // `free_subtree`).
+            let index_key = (self.parent_key(key), slot.name);
+            if self.named_kids.get(&index_key) == Some(&key) {
+                self.named_kids.remove(&index_key);
+            }
+        }
         let table = mem::take(&mut slot.vars.entries);
         self.free_vars(&table, |e| e.var, deferred);
         self.recycle_table(table);
@@ -1080,6 +1095,7 @@ impl ScopeTree {
         let arenas = (self.scopes.capacity() + 1) * arena_slot_bytes::<ScopeSlot>()
             + self.up.capacity() * mem::size_of::<ScopeKey>()
             + self.sigs.capacity() * mem::size_of::<u64>()
+            + hash_table_bytes::<(ScopeKey, u32), ScopeKey>(self.named_kids.capacity())
             + (self.vars.capacity() + 1) * var_slot_bytes();
         let tables: usize = self
             .scopes
@@ -1129,6 +1145,12 @@ pub(crate) fn slot_index(key: ScopeKey) -> usize {
 /// ```
 pub fn var_slot_bytes() -> usize {
     arena_slot_bytes::<VarSlot>()
+}
+
+/// Approximate heap bytes of a `HashMap<K, V>` of capacity `cap` (hashbrown:
+/// one entry and one control byte per bucket).
+fn hash_table_bytes<K, V>(cap: usize) -> usize {
+    cap * (mem::size_of::<(K, V)>() + 1)
 }
 
 /// Size of a slotmap slot holding a `T`: the value and a `u32` version,
