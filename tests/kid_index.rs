@@ -369,3 +369,41 @@ fn a_retired_named_slot_leaves_the_index() {
     assert_eq!(tree.kid(root, sym).unwrap(), Some(fresh));
     assert_eq!(tree.scope_count(), 2);
 }
+
+/// The index is keyed by the parent's slot: a new parent in the slot of a
+/// deleted wide parent sees none of the old kids, and the old handle is stale.
+#[test]
+fn a_wide_parent_slot_reused_starts_with_no_named_kids() {
+    let mut tree = ScopeTree::new();
+    let root = tree.root();
+    let wide = tree.new_named_scope(root, "wide").unwrap();
+    for i in 0..20 {
+        tree.new_named_scope(wide, format!("k{i}").as_str())
+            .unwrap();
+    }
+    assert!(tree.kid(wide, "k19").unwrap().is_some());
+    tree.delete_scope(wide).unwrap();
+    // Freed last-in first-out: the next scopes take the slots of `wide`'s
+    // subtree, `wide`'s own among them.
+    let mut fresh = Vec::new();
+    for _ in 0..21 {
+        let s = tree.new_scope(root).unwrap();
+        for _ in 0..6 {
+            tree.new_scope(s).unwrap();
+        }
+        fresh.push(s);
+    }
+    let slot = |s: ScopeId| format!("{s:?}").split('v').next().unwrap().to_owned();
+    let reused = fresh.iter().find(|&&s| slot(s) == slot(wide)).copied();
+    let reused = reused.expect("the slot of `wide` was reused by a parent");
+    for i in 0..20 {
+        let name = format!("k{i}");
+        assert_eq!(tree.kid(reused, name.as_str()).unwrap(), None);
+        assert!(matches!(
+            tree.kid(wide, name.as_str()),
+            Err(Error::StaleScope { .. })
+        ));
+    }
+    let k5 = tree.new_named_scope(reused, "k5").unwrap();
+    assert_eq!(tree.kid(reused, "k5").unwrap(), Some(k5));
+}
