@@ -17,8 +17,10 @@
 //!   `VariableStore::variable("s1/…/v{d}_0")` on the same tree.
 //!
 //! Functions: `scopetree_str` (name as `&str`, hashed once per lookup),
-//! `scopetree_sym` (an interned `Symbol`), `paddle_style` (SipHash, a lock and
-//! a hash at every level), `paddle_style_fx` (the same with an Fx hasher).
+//! `scopetree_sym` (an interned `Symbol`), `resolver_str` / `resolver_sym`
+//! (the same lookup through a `Resolver` that has cached it: a hit),
+//! `paddle_style` (SipHash, a lock and a hash at every level),
+//! `paddle_style_fx` (the same with an Fx hasher).
 
 #[path = "support/chains.rs"]
 mod chains;
@@ -31,7 +33,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use scopetree::sharing::VariableStore;
-use scopetree::{ScopeId, ScopeTree, Symbol};
+use scopetree::{Resolver, ScopeId, ScopeTree, Symbol};
 
 use chains::{
     DEPTHS, full_name, paddle_chain, scope_name, scopetree_chain, scopetree_wide_chain, var_name,
@@ -88,6 +90,23 @@ fn depth_group(c: &mut Criterion, case: Case) {
         g.bench_with_input(BenchmarkId::new("scopetree_sym", d), &d, |b, _| {
             b.iter(|| tree.find_var(black_box(at), black_box(sym)).unwrap())
         });
+
+        // The same lookup through a `Resolver` that has seen it once: every
+        // iteration is a hit.
+        let mut r = Resolver::new();
+        let expect = tree.find_var(at, sym).unwrap();
+        assert_eq!(r.find_var(&tree, at, sym).unwrap(), expect);
+        g.bench_with_input(BenchmarkId::new("resolver_sym", d), &d, |b, _| {
+            b.iter(|| r.find_var(&tree, black_box(at), black_box(sym)).unwrap())
+        });
+        g.bench_with_input(BenchmarkId::new("resolver_str", d), &d, |b, _| {
+            b.iter(|| {
+                r.find_var(&tree, black_box(at), black_box(name.as_str()))
+                    .unwrap()
+            })
+        });
+        let (hits, misses) = r.hits_and_misses();
+        assert_eq!(misses, 1, "{hits} hits");
 
         let paddle = paddle_chain::<RandomState>(d);
         let p: &PaddleScope = &paddle[d];

@@ -1074,10 +1074,15 @@ impl ScopeTree {
     }
 
     /// Removes one variable slot (retiring it at the last version, as
-    /// [`free_scope`](Self::free_scope) does) and returns its value.
+    /// [`free_scope`](Self::free_scope) does) and returns its value. Bumps the
+    /// variable epoch of its name (see [`Resolver`](crate::Resolver)).
     pub(crate) fn free_var(&mut self, key: VarKey) -> Option<Box<dyn Payload>> {
+        let live = self.vars.get_mut(key)?;
+        if live.is_retired() {
+            return None;
+        }
+        self.names.bump(live.name);
         if key_version(key.data()) == u32::MAX {
-            let live = self.vars.get_mut(key)?;
             let value = live.value.take();
             live.owner = ScopeKey::null();
             live.name = NO_NAME;
@@ -1089,13 +1094,14 @@ impl ScopeTree {
     }
 
     /// Creates a variable in `scope` (which must be live and must not hold
-    /// `sym`). O(1) amortised.
+    /// `sym`) and bumps the variable epoch of `sym`. O(1) amortised.
     pub(crate) fn insert_var(&mut self, scope: ScopeKey, sym: u32) -> VarId {
         let key = self.vars.insert(VarSlot {
             value: None,
             owner: scope,
             name: sym,
         });
+        self.names.bump(sym);
         if let Some(slot) = self.scopes.get_mut(scope) {
             slot.vars
                 .push(Entry { sym, var: key }, &mut self.spare_tables);
