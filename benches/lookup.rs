@@ -8,10 +8,19 @@
 //!   holds (scopetree) / no level holds (Paddle-style).
 //! - `find_var_width/*/n`: a scope at depth 1 holding `n` variables; a local
 //!   hit on its last variable and a root hit through it.
+//! - `full_path_walk/*/d`: resolve the variable `v{d}_0` at the full path
+//!   `s1/…/s{d}/v{d}_0` from the root, component by component (`kid` per
+//!   level, then `find_local_var`), in a chain whose levels have one kid
+//!   (`*_kids1`) or 16 named siblings before the path's kid (`*_kids17`).
+//!   `walk_str` passes each component as `&str`, `walk_sym` as a `Symbol`
+//!   interned beforehand; `sharing_variable` is the sharing layer's
+//!   `VariableStore::variable("s1/…/v{d}_0")` on the same tree.
 //!
 //! Functions: `scopetree_str` (name as `&str`, hashed once per lookup),
-//! `scopetree_sym` (an interned `Symbol`), `paddle_style` (SipHash, a lock and
-//! a hash at every level), `paddle_style_fx` (the same with an Fx hasher).
+//! `scopetree_sym` (an interned `Symbol`), `resolver_str` / `resolver_sym`
+//! (the same lookup through a `Resolver` that has cached it: a hit),
+//! `paddle_style` (SipHash, a lock and a hash at every level),
+//! `paddle_style_fx` (the same with an Fx hasher).
 
 #[path = "support/chains.rs"]
 mod chains;
@@ -23,9 +32,12 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use scopetree::ScopeTree;
+use scopetree::sharing::VariableStore;
+use scopetree::{Resolver, ScopeId, ScopeTree, Symbol};
 
-use chains::{DEPTHS, paddle_chain, scopetree_chain, var_name};
+use chains::{
+    DEPTHS, full_name, paddle_chain, scope_name, scopetree_chain, scopetree_wide_chain, var_name,
+};
 use paddle_style::{Fx, PaddleScope};
 
 /// Which variable a depth group looks up from the scope at depth `d`.
@@ -78,6 +90,23 @@ fn depth_group(c: &mut Criterion, case: Case) {
         g.bench_with_input(BenchmarkId::new("scopetree_sym", d), &d, |b, _| {
             b.iter(|| tree.find_var(black_box(at), black_box(sym)).unwrap())
         });
+
+        // The same lookup through a `Resolver` that has seen it once: every
+        // iteration is a hit.
+        let mut r = Resolver::new();
+        let expect = tree.find_var(at, sym).unwrap();
+        assert_eq!(r.find_var(&tree, at, sym).unwrap(), expect);
+        g.bench_with_input(BenchmarkId::new("resolver_sym", d), &d, |b, _| {
+            b.iter(|| r.find_var(&tree, black_box(at), black_box(sym)).unwrap())
+        });
+        g.bench_with_input(BenchmarkId::new("resolver_str", d), &d, |b, _| {
+            b.iter(|| {
+                r.find_var(&tree, black_box(at), black_box(name.as_str()))
+                    .unwrap()
+            })
+        });
+        let (hits, misses) = r.hits_and_misses();
+        assert_eq!(misses, 1, "{hits} hits");
 
         let paddle = paddle_chain::<RandomState>(d);
         let p: &PaddleScope = &paddle[d];
@@ -153,11 +182,87 @@ fn width(c: &mut Criterion) {
     g.finish();
 }
 
+/// Follows the named kids `path` from `from`, then finds `name` there.
+fn walk<N: scopetree::Name + Copy>(
+    tree: &ScopeTree,
+    from: ScopeId,
+    path: &[N],
+    name: N,
+) -> Option<scopetree::VarId> {
+    let mut s = from;
+    for &part in path {
+        s = tree.kid(s, part).unwrap()?;
+    }
+    tree.find_local_var(s, name).unwrap()
+}
+
+/// Full-path resolution from the root, component by component, against
+/// depth and the number of kids per level.
+fn full_path(c: &mut Criterion) {
+    let mut g = c.benchmark_group("full_path_walk");
+    for &d in &DEPTHS {
+        for siblings in [0usize, 16] {
+            let kids = siblings + 1;
+            let (mut tree, scopes) = scopetree_wide_chain(d, siblings);
+            let root = tree.root();
+            let names: Vec<String> = (1..=d).map(scope_name).collect();
+            let strs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let syms: Vec<Symbol> = strs.iter().map(|n| tree.intern(n).unwrap()).collect();
+            let leaf = var_name(d, 0);
+            let leaf_sym = tree.intern(leaf.as_str()).unwrap();
+            let expect = tree.find_local_var(scopes[d], leaf.as_str()).unwrap();
+            assert!(expect.is_some());
+            assert_eq!(walk(&tree, root, &strs, leaf.as_str()), expect);
+            assert_eq!(walk(&tree, root, &syms, leaf_sym), expect);
+
+            g.bench_with_input(
+                BenchmarkId::new(format!("scopetree_walk_str_kids{kids}"), d),
+                &d,
+                |b, _| {
+                    b.iter(|| {
+                        walk(
+                            &tree,
+                            black_box(root),
+                            black_box(&strs),
+                            black_box(leaf.as_str()),
+                        )
+                    })
+                },
+            );
+            g.bench_with_input(
+                BenchmarkId::new(format!("scopetree_walk_sym_kids{kids}"), d),
+                &d,
+                |b, _| {
+                    b.iter(|| {
+                        walk(
+                            &tree,
+                            black_box(root),
+                            black_box(&syms),
+                            black_box(leaf_sym),
+                        )
+                    })
+                },
+            );
+            if siblings == 0 {
+                let full = full_name(d);
+                let store = VariableStore::from_tree(tree);
+                assert_eq!(store.variable(&full).unwrap(), expect);
+                g.bench_with_input(
+                    BenchmarkId::new(format!("sharing_variable_kids{kids}"), d),
+                    &d,
+                    |b, _| b.iter(|| store.variable(black_box(&full)).unwrap()),
+                );
+            }
+        }
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(1));
-    targets = root_hit, local_hit, miss, width
+    targets = root_hit, local_hit, miss, width, full_path
 }
 criterion_main!(benches);

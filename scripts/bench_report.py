@@ -6,7 +6,11 @@ the last run of each benchmark), prints one Markdown table per group with the
 ratios the brief asks for, and writes docs/lookup_depth.svg: lookup time
 against depth, log-log, drawn by hand (no plotting library needed).
 
-Usage: python3 scripts/bench_report.py [criterion_dir] > tables.md
+Usage: python3 scripts/bench_report.py [criterion_dir] [--baseline NAME] > tables.md
+
+With --baseline NAME it reads the run saved by criterion's
+`--save-baseline NAME` (target/criterion/**/NAME/) instead of the last run,
+and leaves docs/lookup_depth.svg alone.
 """
 
 import html
@@ -16,14 +20,20 @@ import pathlib
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CRIT = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "target" / "criterion"
+ARGS = sys.argv[1:]
+BASELINE = None
+if "--baseline" in ARGS:
+    i = ARGS.index("--baseline")
+    BASELINE = ARGS[i + 1]
+    del ARGS[i:i + 2]
+CRIT = pathlib.Path(ARGS[0]) if ARGS else ROOT / "target" / "criterion"
 SVG = ROOT / "docs" / "lookup_depth.svg"
 
 
 def load():
     """{group: {function: {param: median_ns}}}"""
     out = {}
-    for bench in CRIT.glob("**/new/benchmark.json"):
+    for bench in CRIT.glob(f"**/{BASELINE or 'new'}/benchmark.json"):
         meta = json.loads(bench.read_text())
         est = json.loads((bench.parent / "estimates.json").read_text())
         group = meta["group_id"]
@@ -52,9 +62,20 @@ RATIOS = {
     "find_var_root_hit": [
         ("paddle / scopetree (str)", "paddle_style", "scopetree_str"),
         ("paddle / scopetree (sym)", "paddle_style", "scopetree_sym"),
+        ("find_var / resolver (sym)", "scopetree_sym", "resolver_sym"),
     ],
-    "find_var_local_hit": [("paddle / scopetree (str)", "paddle_style", "scopetree_str")],
-    "find_var_miss": [("paddle / scopetree (str)", "paddle_style", "scopetree_str")],
+    "find_var_local_hit": [
+        ("paddle / scopetree (str)", "paddle_style", "scopetree_str"),
+        ("find_var / resolver (sym)", "scopetree_sym", "resolver_sym"),
+    ],
+    "find_var_miss": [
+        ("paddle / scopetree (str)", "paddle_style", "scopetree_str"),
+        ("find_var / resolver (sym)", "scopetree_sym", "resolver_sym"),
+    ],
+    "full_path_walk": [
+        ("str: 17 kids / 1 kid", "scopetree_walk_str_kids17", "scopetree_walk_str_kids1"),
+        ("sym: 17 kids / 1 kid", "scopetree_walk_sym_kids17", "scopetree_walk_sym_kids1"),
+    ],
     "find_var_width": [
         ("paddle / scopetree, local (str)", "paddle_style_local", "scopetree_str_local"),
         ("paddle / scopetree, root (str)", "paddle_style_root", "scopetree_str_root"),
@@ -63,6 +84,8 @@ RATIOS = {
         ("candle get / scopetree find_var", "candle_varbuilder_get", "scopetree_find_var"),
         ("candle contains / scopetree find_var", "candle_contains_tensor", "scopetree_find_var"),
         ("paddle / scopetree, root hit", "paddle_style_root_hit", "scopetree_root_hit"),
+        ("candle get / scopetree path walk (str)", "candle_varbuilder_get", "scopetree_path_walk"),
+        ("candle get / scopetree path walk (sym)", "candle_varbuilder_get", "scopetree_path_walk_sym"),
     ],
 }
 
@@ -139,6 +162,8 @@ def svg(data):
                         ("paddle_style_fx", "Paddle-style FindVar (Fx hash)")]:
         if name in rh:
             series.append((label + ", hit at root", rh[name]))
+    if "resolver_sym" in rh:
+        series.append(("scopetree Resolver::find_var, Symbol, hit at root (cached)", rh["resolver_sym"]))
     peers = data.get("peers_full_path", {})
     if "candle_varbuilder_get" in peers:
         series.append(("candle VarBuilder::get, full path at depth d", peers["candle_varbuilder_get"]))
@@ -181,14 +206,15 @@ def svg(data):
 def main():
     data = load()
     order = ["find_var_root_hit", "find_var_local_hit", "find_var_miss", "find_var_width",
-             "peers_full_path", "handle_read", "step_churn", "wide_parent_10k",
+             "full_path_walk", "peers_full_path", "handle_read", "step_churn", "wide_parent_10k",
              "tree_100k_scopes_1m_vars"]
     for g in order + sorted(set(data) - set(order)):
         if g not in data:
             continue
         lines = pairs(g, data[g]) if g in PAIRS else pivot(g, data[g])
         print("\n".join(lines) + "\n")
-    svg(data)
+    if BASELINE is None:
+        svg(data)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@
 //! | `tree` | [`ScopeTree`], the arena, scope structure and deletion |
 //! | `vars` | variables as members of scopes: create, erase, rename |
 //! | `lookup` | [`find_var`](ScopeTree::find_var) and friends |
+//! | `resolver` | [`Resolver`]: a caller-owned cache of `find_var` answers, flat in depth |
 //! | `value` | typed values: [`get`](ScopeTree::get), [`set`](ScopeTree::set), … |
 //! | `handle` | [`ScopeId`], [`VarId`], [`TreeTag`] |
 //! | `names` | [`Symbol`], [`Name`], name validation, the interner |
@@ -57,6 +58,7 @@ mod error;
 mod handle;
 mod lookup;
 mod names;
+mod resolver;
 pub mod sharing;
 mod step;
 mod traverse;
@@ -69,6 +71,7 @@ pub use dump::{Dot, Dump};
 pub use error::{Error, InvalidNameReason, WorkerAccessReason, short_type_name};
 pub use handle::{ScopeId, TreeTag, VarId};
 pub use names::{Name, NameRef, SEPARATOR, Symbol, validate_name};
+pub use resolver::Resolver;
 pub use step::{StepScopes, StepVar};
 pub use traverse::{Ancestors, Descendants, Kids, LocalVars};
 pub use tree::{INLINE_VARS, ScopeTree, scope_slot_bytes, var_slot_bytes};

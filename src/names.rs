@@ -236,10 +236,17 @@ pub(crate) type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
 /// The per-tree string interner. Names are never forgotten: the table grows
 /// with the number of distinct names the tree has ever seen.
+///
+/// It also holds each symbol's *variable epoch*, a counter the tree bumps
+/// whenever a variable of that name is created, freed or renamed (from or
+/// to it); a [`Resolver`](crate::Resolver) entry for that name is valid while
+/// the counter is unchanged. The counters live here so that they grow in
+/// step with the symbols: every symbol has one from the moment it exists.
 #[derive(Default)]
 pub(crate) struct Interner {
     map: FxHashMap<Arc<str>, u32>,
     names: Vec<Arc<str>>,
+    epochs: Vec<u64>,
 }
 
 impl Interner {
@@ -258,6 +265,7 @@ impl Interner {
         let i = u32::try_from(self.names.len()).unwrap_or(u32::MAX);
         let text: Arc<str> = Arc::from(name);
         self.names.push(Arc::clone(&text));
+        self.epochs.push(0);
         self.map.insert(text, i);
         i
     }
@@ -267,6 +275,22 @@ impl Interner {
     #[inline]
     pub(crate) fn text(&self, idx: u32) -> &str {
         self.names.get(idx as usize).map_or("", |s| s)
+    }
+
+    /// The variable epoch of symbol `idx` (0 if out of range, which no
+    /// symbol of this tree can be). O(1).
+    #[inline]
+    pub(crate) fn epoch(&self, idx: u32) -> u64 {
+        self.epochs.get(idx as usize).copied().unwrap_or(0)
+    }
+
+    /// Records that the set of variables named `idx` changed. O(1), never
+    /// allocates. (A `u64` bumped once a nanosecond wraps after 584 years.)
+    #[inline]
+    pub(crate) fn bump(&mut self, idx: u32) {
+        if let Some(e) = self.epochs.get_mut(idx as usize) {
+            *e = e.wrapping_add(1);
+        }
     }
 
     /// How many distinct names were interned.
@@ -279,6 +303,7 @@ impl Interner {
         let strings: usize = self.names.iter().map(|s| s.len() + 16).sum();
         strings
             + self.names.capacity() * std::mem::size_of::<Arc<str>>()
+            + self.epochs.capacity() * std::mem::size_of::<u64>()
             + self.map.capacity() * (std::mem::size_of::<(Arc<str>, u32)>() + 1)
     }
 }

@@ -25,6 +25,21 @@ const SPARE_TABLES: usize = 256;
 /// ...and only those whose capacity is at most this.
 const SPARE_TABLE_MAX_CAP: usize = 64;
 
+/// A named kid is looked for among the first `KID_SCAN` kids of its parent
+/// before the index of named kids is probed: walking a few kids costs less
+/// than hashing, and most parents have few kids.
+const KID_SCAN: usize = 4;
+
+/// The key of a named kid in `ScopeTree::named_kids`: its parent's slot index
+/// and its name. The parent's version is not needed: a slot holds at most one
+/// live scope, and when a scope is freed its kids are freed with it, taking
+/// their entries along, so every entry under a slot index belongs to the
+/// scope living there now.
+#[inline]
+fn kid_index_key(parent: ScopeKey, sym: u32) -> u64 {
+    ((slot_index(parent) as u64) << 32) | u64::from(sym)
+}
+
 /// `ScopeSlot::name` of an unnamed scope.
 pub(crate) const NO_NAME: u32 = u32::MAX;
 /// `ScopeSlot::depth` of a retired slot (see [`ScopeTree::free_scope`]).
@@ -229,6 +244,13 @@ pub struct ScopeTree {
     /// set for every local name, so a lookup skips a level whose signature
     /// lacks the bit without touching its slot.
     pub(crate) sigs: Vec<u64>,
+    /// Every live named scope, by [`kid_index_key`] (its parent's slot index
+    /// and its name): the index behind [`kid`](ScopeTree::kid) and the name
+    /// check of [`new_named_scope`](ScopeTree::new_named_scope) for parents
+    /// with more than [`KID_SCAN`] kids. Written when a named scope is created
+    /// and when it is freed (`free_scope`, which every deletion goes
+    /// through); unnamed scopes never touch it.
+    named_kids: FxHashMap<u64, ScopeKey>,
 }
 
 const _: () = {
@@ -296,6 +318,7 @@ impl ScopeTree {
             spare_tables: Vec::new(),
             up: Vec::with_capacity(hot),
             sigs: Vec::with_capacity(hot),
+            named_kids: FxHashMap::default(),
         };
         tree.set_hot(root, ScopeKey::null());
         tree
@@ -574,7 +597,9 @@ impl ScopeTree {
 
     /// Creates a kid of `parent` named `name`, after its existing kids. A named
     /// scope can be found again with [`kid`](Self::kid) and shows its name in
-    /// paths and dumps. O(number of kids of `parent`), to check the name.
+    /// paths and dumps. O(1) amortised after hashing the name: the name check
+    /// walks at most 4 kids of `parent`, then probes the tree's index of named
+    /// kids.
     ///
     /// # Errors
     /// [`Error::ScopeNameTaken`] if a kid of `parent` already has that name;
@@ -602,7 +627,10 @@ impl ScopeTree {
         Ok(self.insert_scope(p, sym))
     }
 
-    /// The kid of `parent` named `name`, if any. O(number of kids).
+    /// The kid of `parent` named `name`, if any. O(1) after hashing the name
+    /// (no hashing of text when `name` is a [`Symbol`]), however many kids
+    /// `parent` has: a walk of at most 4 kids, then one probe of the tree's
+    /// index of named kids.
     ///
     /// # Errors
     /// [`Error::InvalidName`]; [`Error::StaleScope`] or [`Error::ForeignScope`].
@@ -623,15 +651,25 @@ impl ScopeTree {
         Ok(self.kid_by_sym(p, sym).map(|k| ScopeId::new(k, self.tag)))
     }
 
+    /// The kid of the live scope `parent` named `sym`: a walk of its first
+    /// [`KID_SCAN`] kids, then, if it has more, one probe of the index.
+    #[inline]
     fn kid_by_sym(&self, parent: ScopeKey, sym: u32) -> Option<ScopeKey> {
         let mut k = self.scopes.get(parent)?.first_kid;
-        while let Some(slot) = self.scopes.get(k) {
+        for _ in 0..KID_SCAN {
+            // A null key ends the list: no kid has the name.
+            let slot = self.scopes.get(k)?;
             if slot.name == sym {
                 return Some(k);
             }
             k = slot.next_sib;
         }
-        None
+        if k.is_null() {
+            return None;
+        }
+        let found = self.named_kids.get(&kid_index_key(parent, sym)).copied();
+        debug_assert!(found.is_none_or(|f| self.parent_key(f) == parent));
+        found
     }
 
     /// The name of a scope made with [`new_named_scope`](Self::new_named_scope);
@@ -662,6 +700,9 @@ impl ScopeTree {
         slot.prev_sib = prev;
         let key = self.scopes.insert(slot);
         self.set_hot(key, parent);
+        if name != NO_NAME {
+            self.named_kids.insert(kid_index_key(parent, name), key);
+        }
         if let Some(prev_slot) = self.scopes.get_mut(prev) {
             prev_slot.next_sib = key;
         }
@@ -977,6 +1018,14 @@ impl ScopeTree {
         } else {
             self.scopes.remove(key)?
         };
+        if slot.name != NO_NAME {
+            // The freed slot's `up` entry still holds its parent (see
+            // `free_subtree`).
+            let index_key = kid_index_key(self.parent_key(key), slot.name);
+            if self.named_kids.get(&index_key) == Some(&key) {
+                self.named_kids.remove(&index_key);
+            }
+        }
         let table = mem::take(&mut slot.vars.entries);
         self.free_vars(&table, |e| e.var, deferred);
         self.recycle_table(table);
@@ -1025,10 +1074,15 @@ impl ScopeTree {
     }
 
     /// Removes one variable slot (retiring it at the last version, as
-    /// [`free_scope`](Self::free_scope) does) and returns its value.
+    /// [`free_scope`](Self::free_scope) does) and returns its value. Bumps the
+    /// variable epoch of its name (see [`Resolver`](crate::Resolver)).
     pub(crate) fn free_var(&mut self, key: VarKey) -> Option<Box<dyn Payload>> {
+        let live = self.vars.get_mut(key)?;
+        if live.is_retired() {
+            return None;
+        }
+        self.names.bump(live.name);
         if key_version(key.data()) == u32::MAX {
-            let live = self.vars.get_mut(key)?;
             let value = live.value.take();
             live.owner = ScopeKey::null();
             live.name = NO_NAME;
@@ -1040,13 +1094,14 @@ impl ScopeTree {
     }
 
     /// Creates a variable in `scope` (which must be live and must not hold
-    /// `sym`). O(1) amortised.
+    /// `sym`) and bumps the variable epoch of `sym`. O(1) amortised.
     pub(crate) fn insert_var(&mut self, scope: ScopeKey, sym: u32) -> VarId {
         let key = self.vars.insert(VarSlot {
             value: None,
             owner: scope,
             name: sym,
         });
+        self.names.bump(sym);
         if let Some(slot) = self.scopes.get_mut(scope) {
             slot.vars
                 .push(Entry { sym, var: key }, &mut self.spare_tables);
@@ -1080,6 +1135,7 @@ impl ScopeTree {
         let arenas = (self.scopes.capacity() + 1) * arena_slot_bytes::<ScopeSlot>()
             + self.up.capacity() * mem::size_of::<ScopeKey>()
             + self.sigs.capacity() * mem::size_of::<u64>()
+            + hash_table_bytes::<u64, ScopeKey>(self.named_kids.capacity())
             + (self.vars.capacity() + 1) * var_slot_bytes();
         let tables: usize = self
             .scopes
@@ -1129,6 +1185,12 @@ pub(crate) fn slot_index(key: ScopeKey) -> usize {
 /// ```
 pub fn var_slot_bytes() -> usize {
     arena_slot_bytes::<VarSlot>()
+}
+
+/// Approximate heap bytes of a `HashMap<K, V>` of capacity `cap` (hashbrown:
+/// one entry and one control byte per bucket).
+fn hash_table_bytes<K, V>(cap: usize) -> usize {
+    cap * (mem::size_of::<(K, V)>() + 1)
 }
 
 /// Size of a slotmap slot holding a `T`: the value and a `u32` version,

@@ -329,7 +329,10 @@ impl ScopeTree {
             Some(_) => return None,
             None => {}
         }
+        let old = slot.vars.entries[pos].sym;
         slot.vars.rename_at(pos, sym);
+        self.names.bump(old);
+        self.names.bump(sym);
         self.refresh_sig(s);
         if let Some(v) = self.vars.get_mut(var) {
             v.name = sym;

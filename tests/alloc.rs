@@ -11,7 +11,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use scopetree::{INLINE_VARS, ScopeId, ScopeTree, Symbol, VarId, scope_slot_bytes, var_slot_bytes};
+use scopetree::{
+    INLINE_VARS, Resolver, ScopeId, ScopeTree, Symbol, VarId, scope_slot_bytes, var_slot_bytes,
+};
 
 struct Counting;
 
@@ -111,6 +113,55 @@ fn lookups_allocate_nothing() {
     });
     assert_eq!(found, 600);
     assert_eq!(allocs, 0, "lookups allocated {allocs} times");
+}
+
+#[test]
+fn resolver_hits_and_warm_misses_allocate_nothing() {
+    let (mut tree, scopes) = chain(64);
+    let deep = scopes[64];
+    let root_sym = tree.intern("v0_0").unwrap();
+    let missing = tree.intern("missing").unwrap();
+    let mut r = Resolver::new();
+    // The first miss allocates the resolver's table, once.
+    for name in ["v0_0", "v64_3", "v31_2"] {
+        assert!(r.find_var(&tree, deep, name).unwrap().is_some());
+    }
+    assert_eq!(r.find_var(&tree, deep, missing).unwrap(), None);
+    assert_eq!(
+        r.find_var(&tree, deep, root_sym).unwrap(),
+        r.find_var(&tree, deep, "v0_0").unwrap()
+    );
+    let (before_hits, before_misses) = r.hits_and_misses();
+    let (found, allocs, _) = measure(|| {
+        let mut found = 0;
+        for _ in 0..100 {
+            found += usize::from(r.find_var(&tree, deep, "v0_0").unwrap().is_some());
+            found += usize::from(r.find_var(&tree, deep, root_sym).unwrap().is_some());
+            found += usize::from(r.find_var(&tree, deep, "v64_3").unwrap().is_some());
+            found += usize::from(r.find_var(&tree, deep, "v31_2").unwrap().is_some());
+            found += usize::from(r.find_var(&tree, deep, missing).unwrap().is_some());
+        }
+        found
+    });
+    assert_eq!(found, 400);
+    assert_eq!(allocs, 0, "resolver hits allocated {allocs} times");
+    let (hits, misses) = r.hits_and_misses();
+    assert_eq!((hits - before_hits, misses - before_misses), (500, 0));
+
+    // A miss after a change (the table exists) walks without allocating,
+    // and so does the change itself (a rename between interned names).
+    let shadow = tree.var(deep, root_sym).unwrap();
+    let parked = tree.intern("parked").unwrap();
+    let root_var = tree.find_var(scopes[0], root_sym).unwrap();
+    let (_, allocs, _) = measure(|| {
+        for _ in 0..100 {
+            assert_eq!(r.find_var(&tree, deep, root_sym).unwrap(), Some(shadow));
+            tree.rename(deep, root_sym, parked).unwrap();
+            assert_eq!(r.find_var(&tree, deep, root_sym).unwrap(), root_var);
+            tree.rename(deep, parked, root_sym).unwrap();
+        }
+    });
+    assert_eq!(allocs, 0, "warm resolver misses allocated {allocs} times");
 }
 
 #[test]

@@ -51,6 +51,40 @@ pub fn scopetree_chain(depth: usize) -> (ScopeTree, Vec<ScopeId>) {
     (tree, scopes)
 }
 
+/// A chain like [`scopetree_chain`] in which every scope on the path also has
+/// `siblings` other named kids (`x0`, `x1`, …), created before the kid the
+/// path goes through, so that the path's kid is the last of `siblings + 1`.
+pub fn scopetree_wide_chain(depth: usize, siblings: usize) -> (ScopeTree, Vec<ScopeId>) {
+    let mut tree = ScopeTree::new();
+    let mut scopes = vec![tree.root()];
+    for level in 0..=depth {
+        let s = scopes[level];
+        for j in 0..VARS_PER_SCOPE {
+            let v = tree.var(s, var_name(level, j)).unwrap();
+            tree.set(v, level as f32).unwrap();
+        }
+        if level < depth {
+            for x in 0..siblings {
+                tree.new_named_scope(s, format!("x{x}")).unwrap();
+            }
+            scopes.push(tree.new_named_scope(s, scope_name(level + 1)).unwrap());
+        }
+    }
+    (tree, scopes)
+}
+
+/// The full name of the variable `v{d}_0` at the bottom of a chain of depth
+/// `d`: `s1/s2/…/s{d}/v{d}_0`.
+pub fn full_name(depth: usize) -> String {
+    let mut out = String::new();
+    for level in 1..=depth {
+        out.push_str(&scope_name(level));
+        out.push('/');
+    }
+    out.push_str(&var_name(depth, 0));
+    out
+}
+
 /// The same chain in the Paddle-style baseline; `scopes[i]` is level `i`.
 pub fn paddle_chain<S: BuildHasher + Default>(depth: usize) -> Vec<Arc<Scope<S>>> {
     let mut scopes = vec![Scope::<S>::new_root()];

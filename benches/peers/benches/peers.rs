@@ -9,7 +9,9 @@
 //!   shape check and the clone.
 //! - scopetree: `find_var` from the scope at depth `d` (a hit in the current
 //!   scope), and a walk of the path from the root by names (`kid` per level,
-//!   then `find_local_var`), which is what a full-name lookup does.
+//!   then `find_local_var`), which is what a full-name lookup does: by `&str`
+//!   (`scopetree_path_walk`, each component hashed as candle hashes its whole
+//!   path) and by `Symbol`s interned beforehand (`scopetree_path_walk_sym`).
 //! - Paddle-style: `FindVar` from the scope at depth `d`.
 //!
 //! Run: `cargo bench -p scopetree-peers` (builds candle; not part of CI).
@@ -25,6 +27,7 @@ use std::time::Duration;
 use candle_core::{DType, Device};
 use candle_nn::{VarBuilder, VarMap};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use scopetree::Symbol;
 
 use chains::{DEPTHS, VARS_PER_SCOPE, paddle_chain, scope_name, scopetree_chain, var_name};
 use paddle_style::PaddleScope;
@@ -63,7 +66,7 @@ fn full_path(c: &mut Criterion) {
             b.iter(|| vb.contains_tensor(black_box(&name)))
         });
 
-        let (tree, scopes) = scopetree_chain(d);
+        let (mut tree, scopes) = scopetree_chain(d);
         let at = scopes[d];
         assert!(tree.find_var(at, name.as_str()).unwrap().is_some());
         g.bench_with_input(BenchmarkId::new("scopetree_find_var", d), &d, |b, _| {
@@ -82,6 +85,22 @@ fn full_path(c: &mut Criterion) {
                 tree.find_local_var(s, black_box(name.as_str())).unwrap()
             })
         });
+
+        let syms: Vec<Symbol> = path.iter().map(|p| tree.intern(p).unwrap()).collect();
+        let leaf = tree.intern(name.as_str()).unwrap();
+        g.bench_with_input(
+            BenchmarkId::new("scopetree_path_walk_sym", d),
+            &d,
+            |b, _| {
+                b.iter(|| {
+                    let mut s = tree.root();
+                    for &part in black_box(&syms) {
+                        s = tree.kid(s, part).unwrap().unwrap();
+                    }
+                    tree.find_local_var(s, black_box(leaf)).unwrap()
+                })
+            },
+        );
 
         let paddle = paddle_chain::<std::hash::RandomState>(d);
         let p: &PaddleScope = &paddle[d];
