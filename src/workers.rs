@@ -399,6 +399,17 @@ impl<'t> WorkerScope<'t> {
     }
 
     #[cold]
+    /// The `T` value of a slot this worker may read, or why it cannot be read.
+    #[inline]
+    fn read<'s, T: Any>(&self, slot: &'s VarSlot) -> Result<&'s T, Error> {
+        match slot.value.as_deref().map(as_any) {
+            Some(v) => v
+                .downcast_ref::<T>()
+                .ok_or_else(|| self.read_error::<T>(slot)),
+            None => Err(self.read_error::<T>(slot)),
+        }
+    }
+
     fn read_error<T: Any>(&self, slot: &VarSlot) -> Error {
         let name = self.shared.names.text(slot.name).to_owned();
         let scope = self.path(slot.owner);
@@ -465,12 +476,7 @@ impl<'t> WorkerScope<'t> {
         } else {
             return Err(self.missing(var));
         };
-        match slot.value.as_deref().map(as_any) {
-            Some(v) => v
-                .downcast_ref::<T>()
-                .ok_or_else(|| self.read_error::<T>(slot)),
-            None => Err(self.read_error::<T>(slot)),
-        }
+        self.read(slot)
     }
 
     /// Borrows the `T` value of a shared variable for as long as the split
@@ -507,12 +513,7 @@ impl<'t> WorkerScope<'t> {
         let Some(slot) = found else {
             return Err(self.missing(var));
         };
-        match slot.value.as_deref().map(as_any) {
-            Some(v) => v
-                .downcast_ref::<T>()
-                .ok_or_else(|| self.read_error::<T>(slot)),
-            None => Err(self.read_error::<T>(slot)),
-        }
+        self.read(slot)
     }
 
     /// Borrows the `T` value of an own variable mutably. O(log n).
