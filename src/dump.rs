@@ -6,7 +6,7 @@ use std::fmt::{self, Write};
 use slotmap::Key;
 
 use crate::error::{Error, ShowPath};
-use crate::handle::{ScopeId, ScopeKey};
+use crate::handle::{ScopeId, ScopeKey, SlotLabel};
 use crate::tree::ScopeTree;
 
 /// Deeper scopes than this are not indented further; their line starts with
@@ -186,8 +186,7 @@ fn escape(s: &str) -> String {
 }
 
 fn node_id(key: ScopeKey) -> String {
-    let ffi = key.data().as_ffi();
-    format!("s{}v{}", ffi & 0xffff_ffff, ffi >> 32)
+    format!("s{}", SlotLabel(key.data()))
 }
 
 impl fmt::Display for Dot<'_> {

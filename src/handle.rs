@@ -59,13 +59,28 @@ impl fmt::Debug for TreeTag {
     }
 }
 
-/// Formats a slotmap key as `index v version`, the way slotmap does.
-fn fmt_key(k: KeyData, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    let ffi = k.as_ffi();
-    write!(f, "{}v{}", ffi & 0xffff_ffff, ffi >> 32)
+/// A slotmap key shown as `index v version` (`3v1`), the way slotmap does;
+/// used by handle `Debug`, paths (`#3v1`) and DOT node ids (`s3v1`).
+pub(crate) struct SlotLabel(pub(crate) KeyData);
+
+impl fmt::Display for SlotLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}v{}", key_index(self.0), key_version(self.0))
+    }
 }
 
-/// The version half of a slotmap key.
+fn fmt_key(k: KeyData, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    write!(f, "{}", SlotLabel(k))
+}
+
+/// The slot-index half of a slotmap key (its low 32 bits).
+#[inline]
+pub(crate) fn key_index(k: KeyData) -> u32 {
+    k.as_ffi() as u32
+}
+
+/// The version half of a slotmap key (its high 32 bits).
+#[inline]
 pub(crate) fn key_version(k: KeyData) -> u32 {
     (k.as_ffi() >> 32) as u32
 }

@@ -10,7 +10,7 @@ use slotmap::{Key, SlotMap};
 use smallvec::SmallVec;
 
 use crate::error::Error;
-use crate::handle::{ScopeId, ScopeKey, TreeTag, VarId, VarKey, key_version};
+use crate::handle::{ScopeId, ScopeKey, SlotLabel, TreeTag, VarId, VarKey, key_index, key_version};
 use crate::names::{FxHashMap, Interner, Name, NameRef, Symbol, validate_name};
 use crate::value::Payload;
 
@@ -1174,7 +1174,7 @@ pub fn scope_slot_bytes() -> usize {
 /// The slot index of a key: its low 32 bits (slotmap's `KeyData` layout).
 #[inline]
 pub(crate) fn slot_index(key: ScopeKey) -> usize {
-    key.data().as_ffi() as u32 as usize
+    key_index(key.data()) as usize
 }
 
 /// Bytes of one variable slot in the arena (the slot plus slotmap's version),
@@ -1238,8 +1238,7 @@ fn push_component_in(
     match scopes.get(key) {
         Some(slot) if slot.name != NO_NAME => out.push_str(names.text(slot.name)),
         _ => {
-            let ffi = key.data().as_ffi();
-            let _ = write!(out, "#{}v{}", ffi & 0xffff_ffff, ffi >> 32);
+            let _ = write!(out, "#{}", SlotLabel(key.data()));
         }
     }
 }
