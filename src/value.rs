@@ -11,7 +11,7 @@ use std::any::{Any, type_name};
 
 use crate::error::Error;
 use crate::handle::VarId;
-use crate::tree::ScopeTree;
+use crate::tree::{ScopeTree, VarSlot};
 
 /// A value a variable can hold: any `Send + Sync + 'static` type. Blanket
 /// implemented; it only adds the type's name, for messages and dumps.
@@ -35,6 +35,25 @@ pub(crate) fn as_any_mut(p: &mut dyn Payload) -> &mut dyn Any {
     p
 }
 
+/// Why a slot's value cannot be read as a `T`: it is uninitialised, or holds
+/// another type. Shared by the tree and the worker split.
+#[cold]
+pub(crate) fn value_error<T: Any>(name: String, scope: String, slot: &VarSlot) -> Error {
+    match slot.value.as_deref() {
+        None => Error::Uninitialized {
+            name,
+            scope,
+            expected: type_name::<T>(),
+        },
+        Some(v) => Error::TypeMismatch {
+            name,
+            scope,
+            expected: type_name::<T>(),
+            found: v.type_name(),
+        },
+    }
+}
+
 impl ScopeTree {
     /// Why a value read of `var` as `T` failed: stale (retired slot),
     /// uninitialised or type mismatch. Only called off the fast path.
@@ -46,19 +65,7 @@ impl ScopeTree {
             Err(e) => return e,
         };
         let (name, scope) = self.describe_var(var);
-        match slot.value.as_deref() {
-            None => Error::Uninitialized {
-                name,
-                scope,
-                expected: type_name::<T>(),
-            },
-            Some(v) => Error::TypeMismatch {
-                name,
-                scope,
-                expected: type_name::<T>(),
-                found: v.type_name(),
-            },
-        }
+        value_error::<T>(name, scope, slot)
     }
 
     /// Borrows the value of `var` as a `T` (Paddle's `Get<T>`). O(1): a key

@@ -36,7 +36,7 @@ use crate::error::{Error, WorkerAccessReason};
 use crate::handle::{ScopeId, ScopeKey, TreeTag, VarId, VarKey};
 use crate::names::{FxHashMap, Interner};
 use crate::tree::{ScopeSlot, ScopeTree, VarSlot, path_in};
-use crate::value::{as_any, as_any_mut};
+use crate::value::{as_any, as_any_mut, value_error};
 
 /// One variable of a worker's side, as the shared index records it (for
 /// error messages about another worker's variable).
@@ -398,7 +398,6 @@ impl<'t> WorkerScope<'t> {
         }
     }
 
-    #[cold]
     /// The `T` value of a slot this worker may read, or why it cannot be read.
     #[inline]
     fn read<'s, T: Any>(&self, slot: &'s VarSlot) -> Result<&'s T, Error> {
@@ -410,22 +409,11 @@ impl<'t> WorkerScope<'t> {
         }
     }
 
+    #[cold]
+    #[inline(never)]
     fn read_error<T: Any>(&self, slot: &VarSlot) -> Error {
         let name = self.shared.names.text(slot.name).to_owned();
-        let scope = self.path(slot.owner);
-        match slot.value.as_deref() {
-            None => Error::Uninitialized {
-                name,
-                scope,
-                expected: std::any::type_name::<T>(),
-            },
-            Some(v) => Error::TypeMismatch {
-                name,
-                scope,
-                expected: std::any::type_name::<T>(),
-                found: v.type_name(),
-            },
-        }
+        value_error::<T>(name, self.path(slot.owner), slot)
     }
 
     fn path(&self, key: ScopeKey) -> String {
