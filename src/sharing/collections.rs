@@ -54,8 +54,11 @@ impl VariableStore {
         self.var_meta.contains_key(var) && self.tree.vars.get(var).is_some_and(|s| !s.is_retired())
     }
 
-    /// Drops dead members once they make up half the lists: amortised O(1)
-    /// per deleted variable.
+    /// Drops dead members once they make up half the entries of the lists
+    /// (`dead` counts entries, not variables: a trainable variable has two):
+    /// amortised O(1) per dead entry. Variables deleted behind the store's
+    /// back (through `tree_mut`) are not counted; their entries are skipped
+    /// as dead by every query and dropped at the next compaction.
     pub(crate) fn maybe_compact(&mut self) {
         let total: usize = self.collections.iter().map(|c| c.members.len()).sum();
         if self.dead == 0 || self.dead * 2 < total {
@@ -268,5 +271,37 @@ impl VariableStore {
             .filter(|&&(_, v)| self.member_live(v))
             .filter_map(|&(_, v)| self.tree.var_path(VarId::new(v, self.tree.tag)).ok())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::sharing::{Initializer, ScopeOpts, VarSpec, VariableStore};
+
+    /// Deleted trainable variables leave two dead entries each; compaction
+    /// must keep the lists bounded while one variable stays alive.
+    #[test]
+    fn collection_lists_stay_bounded_under_churn() -> crate::Result<()> {
+        let mut store = VariableStore::new();
+        let root = store.root_scope();
+        let spec = |n: &str| VarSpec::new(n).initializer(Initializer::constant(0_u8));
+        store.variable_scope(&root, "keep", ScopeOpts::new(), |s, vs| {
+            s.get_variable(vs, spec("w"))
+        })?;
+        for i in 0..200 {
+            let vs =
+                store.variable_scope(&root, &format!("tmp{i}"), ScopeOpts::new(), |s, vs| {
+                    s.get_variable(vs, spec("w"))?;
+                    Ok(vs.clone())
+                })?;
+            store.delete_scope(vs.place())?;
+            let entries: usize = store.collections.iter().map(|c| c.members.len()).sum();
+            assert!(
+                entries <= 8,
+                "{entries} collection entries after {i} deletions"
+            );
+        }
+        assert_eq!(store.trainable_variables(None)?.len(), 1);
+        Ok(())
     }
 }

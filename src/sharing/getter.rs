@@ -633,15 +633,6 @@ impl VariableStore {
         self.tree.var_slot_mut(var)?.value = Some(payload);
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.var_meta.insert(
-            var.key,
-            VarMeta {
-                shape,
-                trainable: args.trainable,
-                type_id: args.ty.id,
-                type_name: args.ty.name,
-            },
-        );
         let mut joined: Vec<&str> = Vec::with_capacity(args.collections.len());
         for c in &args.collections {
             if !joined.contains(&c.as_str()) {
@@ -649,6 +640,16 @@ impl VariableStore {
                 self.push_member(c, seq, var.key);
             }
         }
+        self.var_meta.insert(
+            var.key,
+            VarMeta {
+                shape,
+                trainable: args.trainable,
+                type_id: args.ty.id,
+                type_name: args.ty.name,
+                entries: joined.len(),
+            },
+        );
         Ok(var)
     }
 

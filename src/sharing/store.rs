@@ -38,6 +38,9 @@ pub(crate) struct VarMeta {
     pub(crate) trainable: bool,
     pub(crate) type_id: TypeId,
     pub(crate) type_name: &'static str,
+    /// How many collection entries the variable has (each becomes a dead
+    /// entry when it is deleted; see `maybe_compact`).
+    pub(crate) entries: usize,
 }
 
 /// A variable store with TensorFlow-1-style sharing, over a [`ScopeTree`].
@@ -654,8 +657,8 @@ impl VariableStore {
             self.scope_meta.remove(s);
         }
         for v in vars {
-            if self.var_meta.remove(v).is_some() {
-                self.dead += 1;
+            if let Some(meta) = self.var_meta.remove(v) {
+                self.dead += meta.entries;
             }
         }
         self.maybe_compact();
