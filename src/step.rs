@@ -279,7 +279,9 @@ impl StepScopes {
     /// replaced by a new one. With a
     /// window full, step `t - window` is recycled into step `t`: its handles
     /// go stale and its values move to step `t`'s variables. O(step
-    /// variables); no heap allocation once the arena has room.
+    /// variables), plus, with a full window, the size of the recycled step's
+    /// subtree (any sub-scopes or extra variables added to it); no heap
+    /// allocation once the arena has room.
     ///
     /// # Errors
     /// [`Error::StaleScope`] or [`Error::ForeignScope`] if the parent was
@@ -469,8 +471,8 @@ impl StepScopes {
         Ok(self.scopes[self.slot_of(t)])
     }
 
-    /// The variable `sv` of live step `t`: two bounds checks and an array
-    /// index, no string lookup. O(1).
+    /// The variable `sv` of live step `t`: bounds and owner checks, a modulo
+    /// for a windowed set, and an array index; no string lookup. O(1).
     ///
     /// # Errors
     /// [`Error::NoSuchStep`] if step `t` is not live;

@@ -118,8 +118,9 @@ impl ScopeTree {
     /// `docs/runtime.md`: while the returned workers live, the tree is
     /// borrowed and nothing else can touch it.
     ///
-    /// O(variables in the tree + scopes in the workers' subtrees): every
-    /// variable is sorted to its side once per split. It allocates one index
+    /// O(variable arena slots (live, freed and retired) + scopes in the
+    /// workers' subtrees): every slot is visited and each variable sorted to
+    /// its side once per split. It allocates one index
     /// per worker, one shared index and one map of the workers' scopes, so
     /// split once per batch, not once per step.
     ///

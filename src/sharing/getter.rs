@@ -414,7 +414,7 @@ impl VariableStore {
     /// and on reuse alike. On reuse the spec's initializer, trainable flag and
     /// collections are ignored, as in TensorFlow.
     ///
-    /// O(depth × kids per level) to resolve the full name, plus the
+    /// O(depth) to resolve the full name, plus the
     /// initializer on create and O(number of collections) to record it.
     ///
     /// # Errors
@@ -454,7 +454,7 @@ impl VariableStore {
     /// `get_local_variable`): as [`get_variable`](Self::get_variable), but the
     /// variable is never trainable and joins [`LOCAL_VARIABLES`] (after the
     /// spec's collections, if any) instead of [`GLOBAL_VARIABLES`].
-    /// Same cost as `get_variable`: O(depth × kids per level) plus the
+    /// Same cost as `get_variable`: O(depth) plus the
     /// initializer on create.
     ///
     /// # Errors

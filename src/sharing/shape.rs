@@ -184,7 +184,8 @@ impl From<Vec<usize>> for Shape {
 /// assert_eq!(vec![vec![1.0_f32; 3]; 2].shape(), Shape::new([2, 3]));
 /// ```
 pub trait HasShape {
-    /// The shape of this value. O(rank) for the impls of this crate.
+    /// The shape of this value. O(rank²) for the nested-container impls of
+    /// this crate (each level prepends its dimension), O(1) for scalars.
     ///
     /// ```
     /// use scopetree::sharing::{HasShape, Shape};

@@ -231,7 +231,8 @@ impl VariableStore {
     /// applies `opts`. The tree scope is created if absent. On exit the
     /// default-name counters of its sub-scopes are reset, as in TensorFlow.
     ///
-    /// O(components × kids per level) plus `f`.
+    /// O(components + depth) plus `f`: each component is one O(1) named-kid
+    /// probe, and opening the scope reads its ancestors' default-name counters.
     ///
     /// # Errors
     /// [`Error::InvalidName`] for an empty name or component;
@@ -340,8 +341,8 @@ impl VariableStore {
     /// getter wraps the captured chain.
     ///
     /// Default-name counters changed inside are restored on exit, as
-    /// TensorFlow restores them when leaving a re-entered scope. O(1) plus
-    /// `f` plus O(counter changes inside) on exit.
+    /// TensorFlow restores them when leaving a re-entered scope. O(depth)
+    /// plus `f` plus O(counter changes inside) on exit.
     ///
     /// # Errors
     /// [`Error::StaleScope`] if the captured scope was deleted;
@@ -529,8 +530,8 @@ impl VariableStore {
 
     /// The variable at the full name `full_name` (`encoder/layer_1/w`), if
     /// any: exactly that name, resolved from the root component by component,
-    /// never a parent's variable of the same local name. O(depth × kids per
-    /// level).
+    /// never a parent's variable of the same local name. O(depth): one
+    /// O(1) named-kid probe per component.
     ///
     /// # Errors
     /// [`Error::InvalidName`] for an empty name or component.
