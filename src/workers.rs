@@ -190,6 +190,11 @@ impl ScopeTree {
                 None => shared_vars.push((key, &*slot)),
             }
         }
+        // Slotmap iterates in slot-index order and keys order by index first,
+        // so every list is sorted by key, as the binary searches need.
+        debug_assert!(shared_vars.windows(2).all(|w| w[0].0 < w[1].0));
+        debug_assert!(owned.windows(2).all(|w| w[0].key < w[1].key));
+        debug_assert!(own.iter().all(|o| o.windows(2).all(|w| w[0].0 < w[1].0)));
         let shared = Arc::new(Shared {
             tag: self.tag,
             scopes: &self.scopes,
