@@ -139,7 +139,7 @@ fn a_tree_and_its_handles_move_between_threads() -> scopetree::Result<()> {
             .map(|()| tree)
     })
     .join()
-    .map_err(|_| Error::RootScope)??;
+    .expect("the thread holding the tree panicked")?;
     assert_eq!(tree.get::<Vec<f32>>(w)?[0], 2.0);
     Ok(())
 }
