@@ -27,7 +27,7 @@ mod chains;
 #[path = "support/paddle_style.rs"]
 mod paddle_style;
 
-use std::hash::{BuildHasherDefault, RandomState};
+use std::hash::RandomState;
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -38,7 +38,7 @@ use scopetree::{Resolver, ScopeId, ScopeTree, Symbol};
 use chains::{
     DEPTHS, full_name, paddle_chain, scope_name, scopetree_chain, scopetree_wide_chain, var_name,
 };
-use paddle_style::{Fx, PaddleScope};
+use paddle_style::PaddleScope;
 
 /// Which variable a depth group looks up from the scope at depth `d`.
 #[derive(Clone, Copy)]
@@ -115,7 +115,7 @@ fn depth_group(c: &mut Criterion, case: Case) {
             b.iter(|| p.find_var(black_box(&name)))
         });
         if matches!(case, Case::RootHit) {
-            let paddle_fx = paddle_chain::<BuildHasherDefault<Fx>>(d);
+            let paddle_fx = paddle_chain::<rustc_hash::FxBuildHasher>(d);
             let p = &paddle_fx[d];
             g.bench_with_input(BenchmarkId::new("paddle_style_fx", d), &d, |b, _| {
                 b.iter(|| p.find_var(black_box(&name)))

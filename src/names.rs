@@ -5,8 +5,6 @@
 //! scope chain comparing 32-bit symbols; a lookup by [`Symbol`] skips even that
 //! hash.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use crate::error::{Error, InvalidNameReason};
@@ -163,76 +161,12 @@ pub fn validate_name(name: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// A small multiplicative hasher (the Fx construction used by rustc).
-///
-/// Names come from model code, not from an adversary, so HashDoS resistance is
-/// traded for speed: a name is hashed 8 bytes at a time with one multiply each.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct FxHasher {
-    hash: u64,
-}
-
-const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl FxHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(SEED);
-    }
-}
-
-impl Hasher for FxHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.add(u64::from_le_bytes(w));
-        }
-        // The tail (1 to 7 bytes) is read with at most three loads, not
-        // copied through a stack buffer: a short name is one word to hash.
-        let mut rest = chunks.remainder();
-        if !rest.is_empty() {
-            let (mut w, mut shift) = (0u64, 0);
-            if let Some((four, tail)) = rest.split_first_chunk::<4>() {
-                w = u64::from(u32::from_le_bytes(*four));
-                (rest, shift) = (tail, 32);
-            }
-            if let Some((two, tail)) = rest.split_first_chunk::<2>() {
-                w |= u64::from(u16::from_le_bytes(*two)) << shift;
-                (rest, shift) = (tail, shift + 16);
-            }
-            if let Some(&b) = rest.first() {
-                w |= u64::from(b) << shift;
-            }
-            self.add(w);
-        }
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.add(u64::from(i));
-    }
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.hash
-    }
-}
-
-/// A `HashMap` with the crate's fast hasher.
-pub(crate) type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+/// A `HashMap` with `rustc-hash`'s hasher. Names and keys come from model
+/// code, not from an adversary, so HashDoS resistance is traded for speed;
+/// unlike a multiply-only hash, `rustc-hash` 2 mixes its output, so keys that
+/// differ only in their high bits (a parent index above a shared name) still
+/// spread over the table.
+pub(crate) type FxHashMap<K, V> = rustc_hash::FxHashMap<K, V>;
 
 /// The per-tree string interner. Names are never forgotten: the table grows
 /// with the number of distinct names the tree has ever seen.
@@ -322,17 +256,5 @@ mod tests {
         assert_eq!(i.text(b), "b");
         assert_eq!(i.get("c"), None);
         assert_eq!(i.len(), 2);
-    }
-
-    #[test]
-    fn hasher_distinguishes_tails() {
-        use std::hash::Hash;
-        let h = |s: &str| {
-            let mut x = FxHasher::default();
-            s.hash(&mut x);
-            x.finish()
-        };
-        assert_ne!(h("abcdefgh1"), h("abcdefgh2"));
-        assert_ne!(h("w"), h("b"));
     }
 }

@@ -20,7 +20,7 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::hash::BuildHasher;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -54,8 +54,8 @@ pub struct Scope<S> {
 
 /// With the standard library's default hasher (SipHash-1-3).
 pub type PaddleScope = Scope<std::hash::RandomState>;
-/// With an Fx-style multiplicative hasher.
-pub type PaddleScopeFx = Scope<BuildHasherDefault<Fx>>;
+/// With `rustc-hash`'s Fx hasher.
+pub type PaddleScopeFx = Scope<rustc_hash::FxBuildHasher>;
 
 impl<S: BuildHasher + Default> Scope<S> {
     /// A new root scope.
@@ -160,40 +160,5 @@ impl<S> Drop for Scope<S> {
                 Err(_) => break,
             }
         }
-    }
-}
-
-/// The Fx hash (rustc's): one rotate, xor and multiply per 8 bytes.
-#[derive(Default, Clone, Copy)]
-pub struct Fx(u64);
-
-impl Fx {
-    #[inline]
-    fn add(&mut self, w: u64) {
-        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for Fx {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes(c.try_into().unwrap()));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w));
-        }
-    }
-    #[inline]
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
     }
 }
