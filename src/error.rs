@@ -196,7 +196,8 @@ pub enum Error {
     /// The name is empty or contains the separator `/`.
     #[error("invalid name {name:?}: {reason}")]
     InvalidName {
-        /// The rejected name (cut to 64 characters).
+        /// The rejected name, cut to 64 characters followed by `…` and its
+        /// length in bytes when it is longer.
         name: String,
         /// Which rule it breaks.
         reason: InvalidNameReason,

@@ -60,6 +60,7 @@ mod lookup;
 mod names;
 mod resolver;
 pub mod sharing;
+mod short;
 mod step;
 mod traverse;
 mod tree;

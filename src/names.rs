@@ -152,9 +152,9 @@ pub fn validate_name(name: &str) -> Result<(), Error> {
     }
     if name.contains(SEPARATOR) {
         return Err(Error::InvalidName {
-            // As documented on the variant: cut to 64 characters, so that a
-            // huge name is not copied whole into the error.
-            name: name.chars().take(64).collect(),
+            // As documented on the variant: cut, so that a huge name is not
+            // copied whole into the error.
+            name: crate::short::name(name),
             reason: InvalidNameReason::ContainsSeparator,
         });
     }

@@ -1,0 +1,84 @@
+//! Bounded text for error messages: names cut to [`NAME_CHARS`] characters,
+//! paths shortened in the middle, so that no message grows with its input.
+//!
+//! Every layer's error type builds the names and paths it shows through
+//! [`name`] and [`path`]; a message is then at most a few hundred bytes plus
+//! its fixed text, whatever the caller passed in.
+
+/// Names in messages keep at most this many characters.
+pub(crate) const NAME_CHARS: usize = 64;
+
+/// Paths in messages keep at most this many characters at each end.
+pub(crate) const PATH_END_CHARS: usize = 96;
+
+/// `s` as shown in a message: unchanged up to [`NAME_CHARS`] characters,
+/// else its first [`NAME_CHARS`] characters followed by `…` and its length
+/// (`aaaa… (1048576 bytes)`). O(min(len, [`NAME_CHARS`])).
+pub(crate) fn name(s: &str) -> String {
+    match s.char_indices().nth(NAME_CHARS) {
+        None => s.to_owned(),
+        Some((cut, _)) => format!("{}… ({} bytes)", &s[..cut], s.len()),
+    }
+}
+
+/// A path (`a/b/c`) as shown in a message: unchanged up to
+/// 2 × [`PATH_END_CHARS`] characters, else its first and last
+/// [`PATH_END_CHARS`] characters around `/…/`, with the full length
+/// (`enc/layer/…/w (2000000 bytes)`). Each kept component is itself cut as
+/// [`name`] cuts names. O(len) in the worst case, for counting the length.
+pub(crate) fn path(s: &str) -> String {
+    let chars = s.chars().count();
+    if chars <= 2 * PATH_END_CHARS && s.split('/').all(|c| c.len() <= NAME_CHARS) {
+        return s.to_owned();
+    }
+    if chars <= 2 * PATH_END_CHARS {
+        return s.split('/').map(name).collect::<Vec<_>>().join("/");
+    }
+    let head_end = s
+        .char_indices()
+        .nth(PATH_END_CHARS)
+        .map_or(s.len(), |(i, _)| i);
+    let tail_start = s
+        .char_indices()
+        .nth(chars - PATH_END_CHARS)
+        .map_or(s.len(), |(i, _)| i);
+    format!(
+        "{}/…/{} ({} bytes)",
+        cut_components(&s[..head_end]),
+        cut_components(&s[tail_start..]),
+        s.len()
+    )
+}
+
+fn cut_components(s: &str) -> String {
+    s.split('/').map(name).collect::<Vec<_>>().join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_names_are_kept_and_long_ones_cut() {
+        assert_eq!(name("w"), "w");
+        let long = "é".repeat(1 << 19);
+        let shown = name(&long);
+        assert!(shown.starts_with(&"é".repeat(NAME_CHARS)));
+        assert!(shown.ends_with(&format!("… ({} bytes)", long.len())));
+        assert!(shown.len() < 200);
+    }
+
+    #[test]
+    fn long_paths_are_cut_in_the_middle() {
+        assert_eq!(path("a/b/c"), "a/b/c");
+        let deep = vec!["ab"; 1_000_000].join("/");
+        let shown = path(&deep);
+        assert!(shown.starts_with("ab/ab/"));
+        assert!(shown.contains("/…/"));
+        assert!(shown.len() < 400, "{}", shown.len());
+        let wide = format!("a/{}/c", "x".repeat(1 << 20));
+        let shown = path(&wide);
+        assert!(shown.len() < 400, "{}", shown.len());
+        assert!(shown.starts_with("a/xxxx"));
+    }
+}
