@@ -5,7 +5,7 @@ use std::fmt::{self, Write};
 
 use slotmap::Key;
 
-use crate::error::{Error, ShowPath};
+use crate::error::Error;
 use crate::handle::{ScopeId, ScopeKey, SlotLabel};
 use crate::tree::ScopeTree;
 
@@ -132,7 +132,12 @@ impl ScopeTree {
     /// The label of one scope: the full path for the top, else its component.
     fn scope_label(&self, key: ScopeKey, is_top: bool) -> String {
         if is_top {
-            ShowPath(&self.path_of(key)).to_string()
+            let path = self.path_of(key);
+            if path.is_empty() {
+                "<root>".to_owned()
+            } else {
+                path
+            }
         } else {
             let mut s = String::new();
             self.push_component(&mut s, key);

@@ -36,7 +36,7 @@ impl fmt::Display for InvalidNameReason {
 }
 
 /// A scope path as shown in messages: `<root>` for the root, else
-/// `encoder/#3v1`.
+/// `encoder/#3v1`, shortened in the middle when long (see `short::path`).
 pub(crate) struct ShowPath<'a>(pub(crate) &'a str);
 
 impl fmt::Display for ShowPath<'_> {
@@ -44,7 +44,7 @@ impl fmt::Display for ShowPath<'_> {
         if self.0.is_empty() {
             f.write_str("<root>")
         } else {
-            f.write_str(self.0)
+            f.write_str(&crate::short::path(self.0))
         }
     }
 }

@@ -11,6 +11,9 @@ pub(crate) const NAME_CHARS: usize = 64;
 /// Paths in messages keep at most this many characters at each end.
 pub(crate) const PATH_END_CHARS: usize = 96;
 
+/// Paths up to this many characters are shown whole.
+const PATH_WHOLE_CHARS: usize = 2 * PATH_END_CHARS + 64;
+
 /// `s` as shown in a message: unchanged up to [`NAME_CHARS`] characters,
 /// else its first [`NAME_CHARS`] characters followed by `…` and its length
 /// (`aaaa… (1048576 bytes)`). O(min(len, [`NAME_CHARS`])).
@@ -22,16 +25,16 @@ pub(crate) fn name(s: &str) -> String {
 }
 
 /// A path (`a/b/c`) as shown in a message: unchanged up to
-/// 2 × [`PATH_END_CHARS`] characters, else its first and last
+/// `PATH_WHOLE_CHARS` characters, else its first and last
 /// [`PATH_END_CHARS`] characters around `/…/`, with the full length
 /// (`enc/layer/…/w (2000000 bytes)`). Each kept component is itself cut as
 /// [`name`] cuts names. O(len) in the worst case, for counting the length.
 pub(crate) fn path(s: &str) -> String {
     let chars = s.chars().count();
-    if chars <= 2 * PATH_END_CHARS && s.split('/').all(|c| c.len() <= NAME_CHARS) {
+    if chars <= PATH_WHOLE_CHARS && s.split('/').all(|c| c.len() <= NAME_CHARS) {
         return s.to_owned();
     }
-    if chars <= 2 * PATH_END_CHARS {
+    if chars <= PATH_WHOLE_CHARS {
         return s.split('/').map(name).collect::<Vec<_>>().join("/");
     }
     let head_end = s
