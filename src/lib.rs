@@ -56,6 +56,7 @@
 mod dump;
 mod error;
 mod handle;
+mod layer_api;
 mod lookup;
 mod names;
 mod resolver;

@@ -654,7 +654,7 @@ impl ScopeTree {
     /// The kid of the live scope `parent` named `sym`: a walk of its first
     /// [`KID_SCAN`] kids, then, if it has more, one probe of the index.
     #[inline]
-    fn kid_by_sym(&self, parent: ScopeKey, sym: u32) -> Option<ScopeKey> {
+    pub(crate) fn kid_by_sym(&self, parent: ScopeKey, sym: u32) -> Option<ScopeKey> {
         let mut k = self.scopes.get(parent)?.first_kid;
         for _ in 0..KID_SCAN {
             // A null key ends the list: no kid has the name.

@@ -51,7 +51,7 @@ impl VariableStore {
     }
 
     fn member_live(&self, var: VarKey) -> bool {
-        self.var_meta.contains_key(var) && self.tree.vars.get(var).is_some_and(|s| !s.is_retired())
+        self.var_meta.contains_key(var) && self.tree.var_is_live(var)
     }
 
     /// Drops dead members once they make up half the entries of the lists
@@ -72,20 +72,6 @@ impl VariableStore {
         self.dead = 0;
     }
 
-    /// Whether scope `s` is `top` or below it.
-    fn is_under(&self, mut s: ScopeKey, top: ScopeKey) -> bool {
-        let Some(top_depth) = self.tree.scopes.get(top).map(|t| t.depth) else {
-            return false;
-        };
-        while let Some(slot) = self.tree.scopes.get(s) {
-            if slot.depth <= top_depth {
-                return s == top;
-            }
-            s = self.tree.parent_key(s);
-        }
-        false
-    }
-
     /// The live members of `key` under scope `top` (every one if `None`).
     fn members_under(
         &self,
@@ -100,9 +86,9 @@ impl VariableStore {
             if !self.member_live(v) {
                 continue;
             }
-            let id = VarId::new(v, self.tree.tag);
+            let id = self.tree.var_id(v);
             if let Some(top) = top {
-                if !self.is_under(self.tree.owner_key(id)?, top) {
+                if !self.tree.is_within(self.tree.owner_key(id)?, top) {
                     continue;
                 }
             }
@@ -148,7 +134,7 @@ impl VariableStore {
             None | Some("") => None,
             Some(path) => {
                 let comps = split_path(path)?;
-                match self.resolve(self.tree.root, &comps)? {
+                match self.resolve(self.tree.root_key(), &comps)? {
                     Some(k) => Some(k),
                     None => return Ok(Vec::new()),
                 }
@@ -184,7 +170,7 @@ impl VariableStore {
         key: &str,
     ) -> Result<Vec<(String, VarId)>, Error> {
         let top = self.tree.check_scope(scope.place)?;
-        let top = (top != self.tree.root).then_some(top);
+        let top = (top != self.tree.root_key()).then_some(top);
         self.members_under(key, top)
     }
 
@@ -269,7 +255,7 @@ impl VariableStore {
         c.members[start..]
             .iter()
             .filter(|&&(_, v)| self.member_live(v))
-            .filter_map(|&(_, v)| self.tree.var_path(VarId::new(v, self.tree.tag)).ok())
+            .filter_map(|&(_, v)| self.tree.var_path(self.tree.var_id(v)).ok())
             .collect()
     }
 }

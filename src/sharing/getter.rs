@@ -564,7 +564,7 @@ impl VariableStore {
         };
         let (start, rel) = match base_depth {
             Some(d) if self.tree.contains_scope(*base) && d <= dirs.len() => (base.key, &dirs[d..]),
-            _ => (self.tree.root, dirs),
+            _ => (self.tree.root_key(), dirs),
         };
 
         if let Some(init) = &args.init {
@@ -577,9 +577,7 @@ impl VariableStore {
         }
 
         let found = match self.resolve(start, rel)? {
-            Some(s) => self
-                .tree
-                .find_local_var(ScopeId::new(s, self.tree.tag), *last)?,
+            Some(s) => self.tree.find_local_var(self.tree.scope_id(s), *last)?,
             None => None,
         };
         if let Some(var) = found {
@@ -627,9 +625,7 @@ impl VariableStore {
             }
         }
         let place = self.resolve_or_create(start, rel)?;
-        let var = self
-            .tree
-            .create_var(ScopeId::new(place, self.tree.tag), *last)?;
+        let var = self.tree.create_var(self.tree.scope_id(place), *last)?;
         self.tree.var_slot_mut(var)?.value = Some(payload);
         let seq = self.next_seq;
         self.next_seq += 1;

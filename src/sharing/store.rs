@@ -5,7 +5,7 @@
 use std::any::TypeId;
 use std::fmt;
 
-use slotmap::{Key, SecondaryMap};
+use slotmap::SecondaryMap;
 use smallvec::SmallVec;
 
 use crate::error::{Error, InvalidNameReason};
@@ -261,7 +261,7 @@ impl VariableStore {
         let comps = split_path(name)?;
         let place = self.resolve_or_create(start, &comps)?;
         let reuse = opts.reuse.or(current.reuse);
-        let mut vs = current.child(ScopeId::new(place, self.tree.tag), name, reuse);
+        let mut vs = current.child(self.tree.scope_id(place), name, reuse);
         vs.apply(opts);
         self.run_named(place, vs, f)
     }
@@ -315,7 +315,7 @@ impl VariableStore {
         validate_name(default_name)?;
         let name = self.unique_scope_name(start, default_name)?;
         let place = self.resolve_or_create(start, &[name.as_str()])?;
-        let mut vs = current.child(ScopeId::new(place, self.tree.tag), &name, current.reuse);
+        let mut vs = current.child(self.tree.scope_id(place), &name, current.reuse);
         vs.apply(opts);
         self.run_named(place, vs, f)
     }
@@ -384,7 +384,7 @@ impl VariableStore {
     // ----- default-name counting --------------------------------------------
 
     fn scope_live(&self, key: ScopeKey) -> bool {
-        self.tree.scopes.get(key).is_some_and(|s| !s.is_retired())
+        self.tree.scope_is_live(key)
     }
 
     /// The count of `key` in force (TensorFlow's `variable_scope_count`).
@@ -392,22 +392,12 @@ impl VariableStore {
         let Some(meta) = self.scope_meta.get(key) else {
             return 0;
         };
-        let mut k = if self.tree.scopes.contains_key(key) {
-            self.tree.parent_key(key)
-        } else {
-            ScopeKey::null()
-        };
-        while self.tree.scopes.contains_key(k) {
-            if self
-                .scope_meta
+        let reset_above = self.tree.ancestor_keys(key).skip(1).any(|k| {
+            self.scope_meta
                 .get(k)
                 .is_some_and(|m| m.closed_at >= meta.opened_at)
-            {
-                return 0;
-            }
-            k = self.tree.parent_key(k);
-        }
-        meta.count
+        });
+        if reset_above { 0 } else { meta.count }
     }
 
     fn set_meta(&mut self, key: ScopeKey, meta: ScopeMeta) {
@@ -474,7 +464,7 @@ impl VariableStore {
 
     /// TensorFlow's `_get_unique_variable_scope`.
     fn unique_scope_name(&self, parent: ScopeKey, prefix: &str) -> Result<String, Error> {
-        let pid = ScopeId::new(parent, self.tree.tag);
+        let pid = self.tree.scope_id(parent);
         let count = |name: &str| -> Result<u32, Error> {
             Ok(match self.tree.kid(pid, name)? {
                 Some(k) => self.effective_count(k.key),
@@ -504,7 +494,7 @@ impl VariableStore {
     ) -> Result<Option<ScopeKey>, Error> {
         let mut k = start;
         for c in comps {
-            match self.tree.kid(ScopeId::new(k, self.tree.tag), *c)? {
+            match self.tree.kid(self.tree.scope_id(k), *c)? {
                 Some(s) => k = s.key,
                 None => return Ok(None),
             }
@@ -518,7 +508,7 @@ impl VariableStore {
         start: ScopeKey,
         comps: &[&str],
     ) -> Result<ScopeKey, Error> {
-        let mut k = ScopeId::new(start, self.tree.tag);
+        let mut k = self.tree.scope_id(start);
         for c in comps {
             k = match self.tree.kid(k, *c)? {
                 Some(s) => s,
@@ -552,10 +542,8 @@ impl VariableStore {
         let Some((last, dirs)) = comps.split_last() else {
             return Ok(None);
         };
-        match self.resolve(self.tree.root, dirs)? {
-            Some(s) => self
-                .tree
-                .find_local_var(ScopeId::new(s, self.tree.tag), *last),
+        match self.resolve(self.tree.root_key(), dirs)? {
+            Some(s) => self.tree.find_local_var(self.tree.scope_id(s), *last),
             None => Ok(None),
         }
     }
@@ -644,7 +632,7 @@ impl VariableStore {
     /// ```
     pub fn delete_scope(&mut self, scope: ScopeId) -> Result<(), Error> {
         let k = self.tree.check_scope(scope)?;
-        if k == self.tree.root {
+        if k == self.tree.root_key() {
             return Err(Error::RootScope);
         }
         let mut scopes = Vec::new();

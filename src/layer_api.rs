@@ -1,0 +1,125 @@
+//! The crate-internal API that the layers above the arena (sharing, steps,
+//! workers, checkpoints) use instead of the arena's fields. Every method
+//! takes raw keys that the caller already holds and treats a dead key as
+//! absent; none of them panics.
+//!
+//! The names and signatures here are the contract between the arena and its
+//! layers: the arena may change its storage, not these.
+
+// Some methods are not called yet: the layers are being ported onto this API.
+#![allow(dead_code)]
+
+use crate::handle::{ScopeId, ScopeKey, VarId, VarKey};
+use crate::tree::ScopeTree;
+
+/// A name's interned index inside one tree (the raw half of a
+/// [`Symbol`](crate::Symbol)). Valid while a scope or variable of the tree
+/// uses the name or the name was pinned with [`ScopeTree::intern`]; layers
+/// must not keep one across calls that may free names.
+pub(crate) type Sym = u32;
+
+impl ScopeTree {
+    /// The root scope's key. O(1).
+    #[inline]
+    pub(crate) fn root_key(&self) -> ScopeKey {
+        self.root
+    }
+
+    /// Wraps a key of this tree into a public handle. O(1).
+    #[inline]
+    pub(crate) fn scope_id(&self, key: ScopeKey) -> ScopeId {
+        ScopeId::new(key, self.tag)
+    }
+
+    /// Wraps a key of this tree into a public handle. O(1).
+    #[inline]
+    pub(crate) fn var_id(&self, key: VarKey) -> VarId {
+        VarId::new(key, self.tag)
+    }
+
+    /// Whether `key` is a live scope. O(1).
+    #[inline]
+    pub(crate) fn scope_is_live(&self, key: ScopeKey) -> bool {
+        self.scopes.get(key).is_some_and(|s| !s.is_retired())
+    }
+
+    /// Whether `key` is a live variable. O(1).
+    #[inline]
+    pub(crate) fn var_is_live(&self, key: VarKey) -> bool {
+        self.vars.get(key).is_some_and(|s| !s.is_retired())
+    }
+
+    /// The parent of a live scope; `None` for the root or a dead key. O(1).
+    #[inline]
+    pub(crate) fn parent_of(&self, key: ScopeKey) -> Option<ScopeKey> {
+        if !self.scope_is_live(key) {
+            return None;
+        }
+        let p = self.parent_key(key);
+        self.scope_is_live(p).then_some(p)
+    }
+
+    /// The depth of a live scope (the root is 0). O(1).
+    #[inline]
+    pub(crate) fn depth_of(&self, key: ScopeKey) -> Option<u32> {
+        self.scopes
+            .get(key)
+            .filter(|s| !s.is_retired())
+            .map(|s| s.depth)
+    }
+
+    /// `key` and its ancestors, nearest first, ending at the root; empty for a
+    /// dead key. O(1) per step.
+    pub(crate) fn ancestor_keys(&self, key: ScopeKey) -> impl Iterator<Item = ScopeKey> + '_ {
+        let start = self.scope_is_live(key).then_some(key);
+        std::iter::successors(start, move |&k| self.parent_of(k))
+    }
+
+    /// Whether the live scope `key` is `top` or below it. O(depth(key) −
+    /// depth(top)).
+    pub(crate) fn is_within(&self, key: ScopeKey, top: ScopeKey) -> bool {
+        let (Some(d), Some(top_depth)) = (self.depth_of(key), self.depth_of(top)) else {
+            return false;
+        };
+        let steps = (d - top_depth.min(d)) as usize;
+        d >= top_depth && self.ancestor_keys(key).nth(steps) == Some(top)
+    }
+
+    /// The owner scope of a live variable. O(1).
+    #[inline]
+    pub(crate) fn owner_of(&self, key: VarKey) -> Option<ScopeKey> {
+        self.vars
+            .get(key)
+            .filter(|s| !s.is_retired())
+            .map(|s| s.owner)
+    }
+
+    /// The symbol of `name` if some scope or variable uses it (or it is
+    /// pinned); no validation, so a name with `/` is simply absent. O(len).
+    #[inline]
+    pub(crate) fn sym_of(&self, name: &str) -> Option<Sym> {
+        self.names.get(name)
+    }
+
+    /// The text of a symbol of this tree. O(1).
+    #[inline]
+    pub(crate) fn sym_text(&self, sym: Sym) -> &str {
+        self.names.text(sym)
+    }
+
+    /// The kid of the live scope `parent` named `sym`. O(1).
+    #[inline]
+    pub(crate) fn kid_key(&self, parent: ScopeKey, sym: Sym) -> Option<ScopeKey> {
+        self.kid_by_sym(parent, sym)
+    }
+
+    /// The variable named `sym` held by the live scope `scope` itself. O(1).
+    #[inline]
+    pub(crate) fn local_var_key(&self, scope: ScopeKey, sym: Sym) -> Option<VarKey> {
+        self.scopes
+            .get(scope)
+            .filter(|s| !s.is_retired())?
+            .vars
+            .find(sym)
+    }
+}
