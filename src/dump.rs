@@ -115,7 +115,7 @@ impl ScopeTree {
         let Some(slot) = self.scopes.get(key) else {
             return Ok(());
         };
-        for e in &slot.vars.entries {
+        for e in slot.vars.iter() {
             let ty = self
                 .vars
                 .get(e.var)

@@ -157,6 +157,16 @@ pub enum Error {
         /// The tag of the tree it was passed to.
         tree: TreeTag,
     },
+    /// The symbol's name was freed: no scope or variable carries it any more
+    /// and it was never [interned](crate::ScopeTree::intern).
+    #[error(
+        "symbol {symbol:?} is stale: no scope or variable carries its name any more; \
+         get symbols you keep with `intern`, which never frees the name"
+    )]
+    StaleSymbol {
+        /// The stale symbol.
+        symbol: Symbol,
+    },
     /// A strict lookup found no variable of that name.
     #[error(
         "variable `{name}` not found in scope `{}` or its ancestors; \

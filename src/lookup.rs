@@ -119,7 +119,7 @@ impl ScopeTree {
             Some(v) => Ok(v),
             None => Err(Error::NotFound {
                 name: self.name_text(name),
-                scope: self.path_of(scope.key),
+                scope: self.error_path(scope.key),
             }),
         }
     }

@@ -24,18 +24,15 @@ pub(crate) fn name(s: &str) -> String {
     }
 }
 
-/// A path (`a/b/c`) as shown in a message: unchanged up to
-/// `PATH_WHOLE_CHARS` characters, else its first and last
+/// A path (`a/b/c`) as shown in a message: whole up to `PATH_WHOLE_CHARS`
+/// (256) characters, each component cut as [`name`] cuts names, else its first and last
 /// [`PATH_END_CHARS`] characters around `/…/`, with the full length
-/// (`enc/layer/…/w (2000000 bytes)`). Each kept component is itself cut as
-/// [`name`] cuts names. O(len) in the worst case, for counting the length.
+/// (`enc/layer/…/w (2000000 bytes)`), components again cut. O(len), for
+/// counting the length.
 pub(crate) fn path(s: &str) -> String {
     let chars = s.chars().count();
-    if chars <= PATH_WHOLE_CHARS && s.split('/').all(|c| c.len() <= NAME_CHARS) {
-        return s.to_owned();
-    }
     if chars <= PATH_WHOLE_CHARS {
-        return s.split('/').map(name).collect::<Vec<_>>().join("/");
+        return cut_components(s);
     }
     let head_end = s
         .char_indices()

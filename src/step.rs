@@ -221,7 +221,7 @@ impl StepScopes {
     /// ```
     pub fn declare(&mut self, tree: &mut ScopeTree, name: impl Name) -> Result<StepVar, Error> {
         tree.check_scope(self.parent)?;
-        let sym = tree.intern_name(name.as_name_ref())?;
+        let sym = tree.intern_pinned(name.as_name_ref())?;
         if let Some(col) = self.syms.iter().position(|&s| s == sym) {
             return Ok(self.step_var_at(col));
         }
@@ -640,6 +640,7 @@ impl StepScopes {
 fn sym_name(tree: &ScopeTree, sym: u32) -> crate::names::Symbol {
     crate::names::Symbol {
         idx: sym,
+        generation: tree.names.generation(sym),
         tree: tree.tag(),
     }
 }

@@ -6,7 +6,7 @@ use std::iter::FusedIterator;
 use slotmap::Key;
 
 use crate::error::Error;
-use crate::handle::{ScopeId, ScopeKey, TreeTag, VarId};
+use crate::handle::{ScopeId, ScopeKey, VarId};
 use crate::tree::{Entry, ScopeTree};
 
 /// The direct kids of a scope, in creation order. Made by
@@ -137,26 +137,38 @@ impl FusedIterator for Descendants<'_> {}
 #[derive(Clone)]
 pub struct LocalVars<'a> {
     tree: &'a ScopeTree,
-    tag: TreeTag,
-    entries: std::slice::Iter<'a, Entry>,
+    /// The table's entries and holes; `remaining` counts the entries left.
+    entries: std::slice::Iter<'a, Option<Entry>>,
+    remaining: usize,
 }
 
 impl<'a> Iterator for LocalVars<'a> {
     type Item = (&'a str, VarId);
     fn next(&mut self) -> Option<(&'a str, VarId)> {
-        let e = self.entries.next()?;
-        Some((self.tree.names.text(e.sym), VarId::new(e.var, self.tag)))
+        let e = self.entries.by_ref().flatten().next()?;
+        self.remaining -= 1;
+        Some(self.item(*e))
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
-        self.entries.size_hint()
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl<'a> LocalVars<'a> {
+    fn item(&self, e: Entry) -> (&'a str, VarId) {
+        (
+            self.tree.names.text(e.sym),
+            VarId::new(e.var, self.tree.tag),
+        )
     }
 }
 
 impl ExactSizeIterator for LocalVars<'_> {}
 impl<'a> DoubleEndedIterator for LocalVars<'a> {
     fn next_back(&mut self) -> Option<(&'a str, VarId)> {
-        let e = self.entries.next_back()?;
-        Some((self.tree.names.text(e.sym), VarId::new(e.var, self.tag)))
+        let e = self.entries.by_ref().rev().flatten().next()?;
+        self.remaining -= 1;
+        Some(self.item(*e))
     }
 }
 impl FusedIterator for LocalVars<'_> {}
@@ -249,8 +261,8 @@ impl ScopeTree {
         let slot = self.scope_slot(scope)?;
         Ok(LocalVars {
             tree: self,
-            tag: self.tag,
-            entries: slot.vars.entries.iter(),
+            entries: slot.vars.slots().iter(),
+            remaining: slot.vars.len(),
         })
     }
 

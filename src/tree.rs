@@ -73,72 +73,176 @@ pub(crate) fn sig_bit(sym: u32) -> u64 {
 /// A scope's local variables, in creation order.
 ///
 /// Up to [`INLINE_VARS`] entries live inline in the scope slot; past
-/// [`INDEX_THRESHOLD`] a hash index from symbol to slot is kept alongside, so a
-/// local lookup is O(1) in a wide scope and a short scan in a small one.
+/// [`INDEX_THRESHOLD`] a hash index from symbol to position is kept
+/// alongside, so a local lookup is O(1) in a wide scope and a short scan in a
+/// small one.
+///
+/// Removing from an indexed table leaves a hole (`None`) instead of shifting
+/// the entries after it; the holes are squeezed out, in one pass that keeps
+/// the order, once they outnumber the live entries. Removal and rename are
+/// therefore O(1) amortised at any width, and listings keep creation order.
+/// A table without an index never holds a hole: it is short, so a removal
+/// shifts at most [`INDEX_THRESHOLD`] entries.
 #[derive(Default)]
 pub(crate) struct VarTable {
-    pub(crate) entries: SmallVec<[Entry; INLINE_VARS]>,
-    index: Option<Box<FxHashMap<u32, VarKey>>>,
+    entries: SmallVec<[Option<Entry>; INLINE_VARS]>,
+    /// Symbol to position in `entries`, past [`INDEX_THRESHOLD`] entries; it
+    /// holds one key per live entry, so its length is the table's.
+    index: Option<Box<FxHashMap<u32, usize>>>,
 }
 
 impl VarTable {
     #[inline]
     pub(crate) fn find(&self, sym: u32) -> Option<VarKey> {
+        self.entry(self.position(sym)?).map(|e| e.var)
+    }
+
+    /// The entry at `pos`, if it is not a hole.
+    #[inline]
+    pub(crate) fn entry(&self, pos: usize) -> Option<Entry> {
+        self.entries.get(pos).copied().flatten()
+    }
+
+    /// The position of `sym` in `entries`. O(1).
+    #[inline]
+    pub(crate) fn position(&self, sym: u32) -> Option<usize> {
         match &self.index {
             Some(ix) => ix.get(&sym).copied(),
-            None => self.entries.iter().find(|e| e.sym == sym).map(|e| e.var),
+            None => self
+                .entries
+                .iter()
+                .position(|e| e.is_some_and(|e| e.sym == sym)),
         }
     }
 
-    pub(crate) fn position(&self, sym: u32) -> Option<usize> {
-        self.entries.iter().position(|e| e.sym == sym)
+    /// How many variables the table holds.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.index
+            .as_ref()
+            .map_or(self.entries.len(), |ix| ix.len())
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+    /// The entries and holes in creation order (for iterators that keep
+    /// their own count of live entries).
+    pub(crate) fn slots(&self) -> &[Option<Entry>] {
+        &self.entries
+    }
+
+    /// The entries in creation order.
+    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = Entry> + Clone + '_ {
+        self.entries.iter().filter_map(|e| *e)
     }
 
     /// Appends an entry, taking a spare heap buffer when the inline space is
     /// full so that steady-state churn does not allocate.
-    fn push(&mut self, e: Entry, spares: &mut Vec<Vec<Entry>>) {
+    fn push(&mut self, e: Entry, spares: &mut Vec<Vec<Option<Entry>>>) {
         if !self.entries.spilled() && self.entries.len() == INLINE_VARS {
             if let Some(mut buf) = spares.pop() {
                 buf.extend(self.entries.drain(..));
                 self.entries = SmallVec::from_vec(buf);
             }
         }
-        self.entries.push(e);
+        self.entries.push(Some(e));
+        let pos = self.entries.len() - 1;
         if let Some(ix) = &mut self.index {
-            ix.insert(e.sym, e.var);
+            ix.insert(e.sym, pos);
         } else if self.entries.len() > INDEX_THRESHOLD {
-            self.index = Some(Box::new(
-                self.entries.iter().map(|e| (e.sym, e.var)).collect(),
-            ));
+            self.reindex();
         }
     }
 
-    /// Removes the entry at `pos`, keeping the order of the others.
-    pub(crate) fn remove_at(&mut self, pos: usize) -> Entry {
-        let e = self.entries.remove(pos);
-        if let Some(ix) = &mut self.index {
-            ix.remove(&e.sym);
+    /// Removes `sym`'s entry, keeping the order of the others. O(1)
+    /// amortised.
+    pub(crate) fn remove(&mut self, sym: u32) -> Option<Entry> {
+        let pos = self.position(sym)?;
+        let e = match &mut self.index {
+            None => self.entries.remove(pos)?,
+            Some(ix) => {
+                ix.remove(&sym);
+                self.entries.get_mut(pos)?.take()?
+            }
+        };
+        let live = self.len();
+        if self.entries.len() - live > live.max(INDEX_THRESHOLD) {
+            self.compact();
         }
-        e
+        Some(e)
     }
 
-    /// Renames the entry at `pos` in place.
+    /// Removes every entry whose symbol `pred` accepts, in one pass, and
+    /// returns them in order. O(entries).
+    pub(crate) fn remove_where(&mut self, mut pred: impl FnMut(u32) -> bool) -> Vec<Entry> {
+        let mut out = Vec::new();
+        self.entries.retain(|e| match e {
+            Some(x) if pred(x.sym) => {
+                out.push(*x);
+                false
+            }
+            Some(_) => true,
+            None => false,
+        });
+        if self.index.is_some() {
+            self.reindex();
+        }
+        out
+    }
+
+    /// Renames the entry at `pos` in place. O(1).
     pub(crate) fn rename_at(&mut self, pos: usize, sym: u32) {
-        let e = &mut self.entries[pos];
+        let Some(Some(e)) = self.entries.get_mut(pos) else {
+            return;
+        };
         if let Some(ix) = &mut self.index {
             ix.remove(&e.sym);
-            ix.insert(sym, e.var);
+            ix.insert(sym, pos);
         }
         e.sym = sym;
     }
 
+    /// Squeezes out the holes, keeping the order, and rebuilds the index (or
+    /// drops it, once the table is short again). O(entries).
+    fn compact(&mut self) {
+        self.entries.retain(|e| e.is_some());
+        self.reindex();
+    }
+
+    fn reindex(&mut self) {
+        if self.entries.len() <= INDEX_THRESHOLD && self.entries.iter().all(Option::is_some) {
+            self.index = None;
+            return;
+        }
+        let ix = self.index.get_or_insert_with(Default::default);
+        ix.clear();
+        for (pos, e) in self.entries.iter().enumerate() {
+            if let Some(e) = e {
+                ix.insert(e.sym, pos);
+            }
+        }
+    }
+
+    /// Empties the table, handing back its buffer.
+    fn take_entries(&mut self) -> SmallVec<[Option<Entry>; INLINE_VARS]> {
+        self.index = None;
+        mem::take(&mut self.entries)
+    }
+
+    /// Heap bytes of the spilled buffer and the index.
+    fn heap_bytes(&self) -> usize {
+        let spilled = if self.entries.spilled() {
+            self.entries.capacity() * mem::size_of::<Option<Entry>>()
+        } else {
+            0
+        };
+        let index = self.index.as_ref().map_or(0, |ix| {
+            mem::size_of::<FxHashMap<u32, usize>>() + hash_table_bytes::<u32, usize>(ix.capacity())
+        });
+        spilled + index
+    }
+
     /// The name signature of the current entries.
     pub(crate) fn signature(&self) -> u64 {
-        self.entries.iter().fold(0, |s, e| s | sig_bit(e.sym))
+        self.iter().fold(0, |s, e| s | sig_bit(e.sym))
     }
 }
 
@@ -236,7 +340,7 @@ pub struct ScopeTree {
     retired_scopes: usize,
     retired_vars: usize,
     pub(crate) unique_counter: u64,
-    spare_tables: Vec<Vec<Entry>>,
+    spare_tables: Vec<Vec<Option<Entry>>>,
     /// The parent of each scope slot, by slot index (null for the root).
     /// A live scope's entry is set when it is created and never changes.
     pub(crate) up: Vec<ScopeKey>,
@@ -476,6 +580,10 @@ impl ScopeTree {
     /// calls accept in place of the string to skip hashing it. O(len(name));
     /// allocates only the first time a name is seen.
     ///
+    /// An interned name is pinned: it stays in the tree's name table for the
+    /// tree's lifetime, so its symbol never goes stale. Names that only
+    /// scopes and variables carry are freed with their last carrier.
+    ///
     /// # Errors
     /// [`Error::InvalidName`] for an empty name or one containing `/`.
     ///
@@ -489,14 +597,19 @@ impl ScopeTree {
     /// ```
     pub fn intern(&mut self, name: &str) -> Result<Symbol, Error> {
         validate_name(name)?;
-        Ok(Symbol {
-            idx: self.names.intern(name),
-            tree: self.tag,
-        })
+        let idx = self.names.intern(name);
+        self.names.pin(idx);
+        Ok(self.symbol_of(idx))
     }
 
-    /// The symbol of `name` if the tree has seen that name, without interning
-    /// it. O(len(name)).
+    /// The symbol of `name` if a scope or variable of the tree carries that
+    /// name or it was [interned](Self::intern), without interning it.
+    /// O(len(name)).
+    ///
+    /// A symbol got here stays valid while the name is in use; once no scope
+    /// or variable carries it (and it was never interned) the name is freed and
+    /// the symbol reports [`Error::StaleSymbol`]. Use [`intern`](Self::intern)
+    /// for a symbol that never goes stale.
     ///
     /// ```
     /// use scopetree::ScopeTree;
@@ -507,16 +620,23 @@ impl ScopeTree {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn symbol(&self, name: &str) -> Option<Symbol> {
-        self.names.get(name).map(|idx| Symbol {
+        self.names.get(name).map(|idx| self.symbol_of(idx))
+    }
+
+    fn symbol_of(&self, idx: u32) -> Symbol {
+        Symbol {
             idx,
+            generation: self.names.generation(idx),
             tree: self.tag,
-        })
+        }
     }
 
     /// The text of a symbol. O(1).
     ///
     /// # Errors
-    /// [`Error::ForeignSymbol`] if `sym` was interned by another tree.
+    /// [`Error::ForeignSymbol`] if `sym` was interned by another tree;
+    /// [`Error::StaleSymbol`] if its name was freed (see
+    /// [`symbol`](Self::symbol)).
     ///
     /// ```
     /// use scopetree::ScopeTree;
@@ -532,18 +652,20 @@ impl ScopeTree {
 
     #[inline]
     fn check_symbol(&self, sym: Symbol) -> Result<u32, Error> {
-        if sym.tree == self.tag {
-            Ok(sym.idx)
-        } else {
+        if sym.tree != self.tag {
             Err(Error::ForeignSymbol {
                 symbol: sym,
                 tree: self.tag,
             })
+        } else if !self.names.is_current(sym.idx, sym.generation) {
+            Err(Error::StaleSymbol { symbol: sym })
+        } else {
+            Ok(sym.idx)
         }
     }
 
-    /// The symbol index of a name for a lookup: `Ok(None)` if the name was
-    /// never interned, so it cannot be anywhere in the tree.
+    /// The symbol index of a name for a lookup: `Ok(None)` if the name is
+    /// not interned, so it cannot be anywhere in the tree.
     #[inline]
     pub(crate) fn lookup_name(&self, name: NameRef<'_>) -> Result<Option<u32>, Error> {
         match name {
@@ -555,7 +677,9 @@ impl ScopeTree {
         }
     }
 
-    /// The symbol index of a name for a create, interning it if new.
+    /// The symbol index of a name for a create, interning it if new. The
+    /// caller records the use (`insert_var`, `insert_scope`) or, if the create
+    /// fails, calls `names.free_if_unused`.
     pub(crate) fn intern_name(&mut self, name: NameRef<'_>) -> Result<u32, Error> {
         match name {
             NameRef::Str(s) => {
@@ -566,11 +690,22 @@ impl ScopeTree {
         }
     }
 
-    /// The text of a name, for messages. A foreign symbol shows as its debug form.
+    /// Like [`intern_name`](Self::intern_name), and pins the name, for a layer
+    /// that keeps the symbol across calls (step variables).
+    pub(crate) fn intern_pinned(&mut self, name: NameRef<'_>) -> Result<u32, Error> {
+        let idx = self.intern_name(name)?;
+        self.names.pin(idx);
+        Ok(idx)
+    }
+
+    /// The text of a name, for messages (cut to a bounded length). A foreign
+    /// or stale symbol shows as its debug form.
     pub(crate) fn name_text(&self, name: NameRef<'_>) -> String {
         match name {
-            NameRef::Str(s) => s.to_owned(),
-            NameRef::Sym(sym) if sym.tree == self.tag => self.names.text(sym.idx).to_owned(),
+            NameRef::Str(s) => crate::short::name(s),
+            NameRef::Sym(sym) if self.check_symbol(sym).is_ok() => {
+                crate::short::name(self.names.text(sym.idx))
+            }
             NameRef::Sym(sym) => format!("{sym:?}"),
         }
     }
@@ -621,7 +756,7 @@ impl ScopeTree {
         if self.kid_by_sym(p, sym).is_some() {
             return Err(Error::ScopeNameTaken {
                 name: self.name_text(name),
-                scope: self.path_of(p),
+                scope: self.error_path(p),
             });
         }
         Ok(self.insert_scope(p, sym))
@@ -692,6 +827,9 @@ impl ScopeTree {
     }
 
     fn insert_scope(&mut self, parent: ScopeKey, name: u32) -> ScopeId {
+        if name != NO_NAME {
+            self.names.acquire(name);
+        }
         let (depth, prev) = match self.scopes.get(parent) {
             Some(p) => (p.depth.saturating_add(1).min(RETIRED - 1), p.last_kid),
             None => (0, ScopeKey::null()),
@@ -835,6 +973,13 @@ impl ScopeTree {
         path_in(&self.scopes, &self.up, &self.names, key)
     }
 
+    /// The path of `key` as an error keeps it: cut in the middle when long
+    /// (see `short::path`), so that an error stays small however deep the
+    /// scope. O(depth).
+    pub(crate) fn error_path(&self, key: ScopeKey) -> String {
+        crate::short::path(&self.path_of(key))
+    }
+
     /// Appends one path component: the scope's name or `#idx v version`.
     pub(crate) fn push_component(&self, out: &mut String, key: ScopeKey) {
         push_component_in(&self.scopes, &self.names, out, key);
@@ -901,8 +1046,8 @@ impl ScopeTree {
     pub fn delete_kid(&mut self, parent: ScopeId, kid: ScopeId) -> Result<(), Error> {
         if !self.has_kid(parent, kid)? {
             return Err(Error::NotAKid {
-                kid: self.path_of(kid.key),
-                scope: self.path_of(parent.key),
+                kid: self.error_path(kid.key),
+                scope: self.error_path(parent.key),
             });
         }
         self.delete_scope(kid)
@@ -1025,16 +1170,17 @@ impl ScopeTree {
             if self.named_kids.get(&index_key) == Some(&key) {
                 self.named_kids.remove(&index_key);
             }
+            self.names.release(slot.name);
         }
-        let table = mem::take(&mut slot.vars.entries);
-        self.free_vars(&table, |e| e.var, deferred);
+        let table = slot.vars.take_entries();
+        self.free_vars(&table, |e| e.map(|e| e.var).unwrap_or_default(), deferred);
         self.recycle_table(table);
         Some(slot)
     }
 
     /// Keeps a spilled table buffer for the next scope that outgrows its
     /// inline space.
-    fn recycle_table(&mut self, table: SmallVec<[Entry; INLINE_VARS]>) {
+    fn recycle_table(&mut self, table: SmallVec<[Option<Entry>; INLINE_VARS]>) {
         if table.spilled()
             && table.capacity() <= SPARE_TABLE_MAX_CAP
             && self.spare_tables.len() < SPARE_TABLES
@@ -1082,6 +1228,7 @@ impl ScopeTree {
             return None;
         }
         self.names.bump(live.name);
+        self.names.release(live.name);
         if key_version(key.data()) == u32::MAX {
             let value = live.value.take();
             live.owner = ScopeKey::null();
@@ -1102,6 +1249,7 @@ impl ScopeTree {
             name: sym,
         });
         self.names.bump(sym);
+        self.names.acquire(sym);
         if let Some(slot) = self.scopes.get_mut(scope) {
             slot.vars
                 .push(Entry { sym, var: key }, &mut self.spare_tables);
@@ -1137,25 +1285,11 @@ impl ScopeTree {
             + self.sigs.capacity() * mem::size_of::<u64>()
             + hash_table_bytes::<u64, ScopeKey>(self.named_kids.capacity())
             + (self.vars.capacity() + 1) * var_slot_bytes();
-        let tables: usize = self
-            .scopes
-            .values()
-            .map(|s| {
-                let spilled = if s.vars.entries.spilled() {
-                    s.vars.entries.capacity() * mem::size_of::<Entry>()
-                } else {
-                    0
-                };
-                let index = s.vars.index.as_ref().map_or(0, |ix| {
-                    ix.capacity() * (mem::size_of::<(u32, VarKey)>() + 1) + 48
-                });
-                spilled + index
-            })
-            .sum();
+        let tables: usize = self.scopes.values().map(|s| s.vars.heap_bytes()).sum();
         let spares: usize = self
             .spare_tables
             .iter()
-            .map(|b| b.capacity() * mem::size_of::<Entry>())
+            .map(|b| b.capacity() * mem::size_of::<Option<Entry>>())
             .sum();
         arenas + tables + spares + self.names.heap_bytes()
     }

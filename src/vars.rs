@@ -5,8 +5,9 @@ use slotmap::Key;
 
 use crate::error::Error;
 use crate::handle::{ScopeId, ScopeKey, VarId};
+use crate::names::FxHashSet;
 use crate::names::{Name, validate_name};
-use crate::tree::{ScopeTree, resume};
+use crate::tree::{Entry, ScopeTree, resume};
 
 impl ScopeTree {
     /// Gets the variable `name` of `scope` itself, creating it (uninitialised)
@@ -65,7 +66,7 @@ impl ScopeTree {
         {
             return Err(Error::NameTaken {
                 name: self.name_text(name),
-                scope: self.path_of(s),
+                scope: self.error_path(s),
             });
         }
         Ok(self.insert_var(s, sym))
@@ -145,7 +146,7 @@ impl ScopeTree {
     ) -> Result<usize, Error> {
         let s = self.check_scope(scope)?;
         let syms = self.lookup_names(names)?;
-        Ok(self.erase_where(s, |sym| syms.contains(&sym)))
+        Ok(self.erase_syms(s, &syms, false))
     }
 
     /// Erases every variable of `scope` except those named in `keep` (Paddle's
@@ -178,7 +179,7 @@ impl ScopeTree {
     ) -> Result<usize, Error> {
         let s = self.check_scope(scope)?;
         let syms = self.lookup_names(keep)?;
-        Ok(self.erase_where(s, |sym| !syms.contains(&sym)))
+        Ok(self.erase_syms(s, &syms, true))
     }
 
     /// The symbols of those `names` the tree has seen; fails on the first
@@ -193,22 +194,24 @@ impl ScopeTree {
         Ok(syms)
     }
 
-    /// Erases the local variables of `s` whose symbol satisfies `pred`.
-    fn erase_where(&mut self, s: ScopeKey, mut pred: impl FnMut(u32) -> bool) -> usize {
-        let mut erased = Vec::new();
-        if let Some(slot) = self.scopes.get_mut(s) {
-            let mut i = 0;
-            while i < slot.vars.len() {
-                if pred(slot.vars.entries[i].sym) {
-                    erased.push(slot.vars.remove_at(i).var);
-                } else {
-                    i += 1;
-                }
+    /// Removes the given entries of scope `s` (or, with `keep`, every entry
+    /// but them), then frees their variables. O(names) to remove the given
+    /// ones, O(local variables + names) to keep them.
+    fn erase_syms(&mut self, s: ScopeKey, syms: &[u32], keep: bool) -> usize {
+        let erased: Vec<Entry> = match self.scopes.get_mut(s) {
+            None => Vec::new(),
+            Some(slot) if keep => {
+                let keep: FxHashSet<u32> = syms.iter().copied().collect();
+                slot.vars.remove_where(|sym| !keep.contains(&sym))
             }
-        }
+            Some(slot) => syms
+                .iter()
+                .filter_map(|&sym| slot.vars.remove(sym))
+                .collect(),
+        };
         self.refresh_sig(s);
         let mut deferred = None;
-        self.free_vars(&erased, |&v| v, &mut deferred);
+        self.free_vars(&erased, |e| e.var, &mut deferred);
         resume(deferred);
         erased.len()
     }
@@ -236,7 +239,7 @@ impl ScopeTree {
     pub fn remove_var(&mut self, var: VarId) -> Result<(), Error> {
         let slot = self.var_slot(var)?;
         let (owner, sym) = (slot.owner, slot.name);
-        self.erase_where(owner, |s| s == sym);
+        self.erase_syms(owner, &[sym], false);
         Ok(())
     }
 
@@ -274,14 +277,14 @@ impl ScopeTree {
             self.lookup_name(new)?;
             return Err(Error::NotFound {
                 name: self.name_text(old),
-                scope: self.path_of(s),
+                scope: self.error_path(s),
             });
         };
         let new_sym = self.intern_name(new)?;
         self.rename_at(s, pos, new_sym)
             .ok_or_else(|| Error::NameTaken {
                 name: self.name_text(new),
-                scope: self.path_of(s),
+                scope: self.error_path(s),
             })
     }
 
@@ -310,8 +313,8 @@ impl ScopeTree {
             .and_then(|sym| self.scopes.get(s)?.vars.position(sym));
         let Some(pos) = pos else {
             return Err(Error::NotFound {
-                name: old.to_owned(),
-                scope: self.path_of(s),
+                name: crate::short::name(old),
+                scope: self.error_path(s),
             });
         };
         let sym = self.next_unique_name(s, old)?;
@@ -323,16 +326,17 @@ impl ScopeTree {
     /// already holds `sym` under another entry.
     fn rename_at(&mut self, s: ScopeKey, pos: usize, sym: u32) -> Option<VarId> {
         let slot = self.scopes.get_mut(s)?;
-        let var = slot.vars.entries.get(pos)?.var;
+        let Entry { sym: old, var } = slot.vars.entry(pos)?;
         match slot.vars.find(sym) {
             Some(existing) if existing == var => return Some(VarId::new(var, self.tag)),
             Some(_) => return None,
             None => {}
         }
-        let old = slot.vars.entries[pos].sym;
         slot.vars.rename_at(pos, sym);
         self.names.bump(old);
         self.names.bump(sym);
+        self.names.acquire(sym);
+        self.names.release(old);
         self.refresh_sig(s);
         if let Some(v) = self.vars.get_mut(var) {
             v.name = sym;
@@ -420,8 +424,8 @@ impl ScopeTree {
     pub(crate) fn describe_var(&self, var: VarId) -> (String, String) {
         match self.vars.get(var.key) {
             Some(slot) if !slot.owner.is_null() => (
-                self.names.text(slot.name).to_owned(),
-                self.path_of(slot.owner),
+                crate::short::name(self.names.text(slot.name)),
+                self.error_path(slot.owner),
             ),
             _ => (format!("{var:?}"), String::new()),
         }

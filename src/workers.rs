@@ -159,8 +159,8 @@ impl ScopeTree {
             while let Some(k) = stack.pop() {
                 if let Some(j) = side_of.insert(k, i as u32) {
                     return Err(Error::OverlappingWorkers {
-                        scope: self.path_of(keys[j as usize]),
-                        other: self.path_of(top),
+                        scope: self.error_path(keys[j as usize]),
+                        other: self.error_path(top),
                     });
                 }
                 let mut kid = self.scopes.get(k).map_or(ScopeKey::null(), |s| s.first_kid);
@@ -380,7 +380,7 @@ impl<'t> WorkerScope<'t> {
             Ok(i) => {
                 let o = &owned[i];
                 Error::WorkerAccess {
-                    name: self.shared.names.text(o.name).to_owned(),
+                    name: crate::short::name(self.shared.names.text(o.name)),
                     scope: self.path(o.owner),
                     worker: self.path(self.scope),
                     reason: if o.worker as usize == self.index {
@@ -397,7 +397,7 @@ impl<'t> WorkerScope<'t> {
     #[cold]
     fn access_error(&self, slot: &VarSlot, reason: WorkerAccessReason) -> Error {
         Error::WorkerAccess {
-            name: self.shared.names.text(slot.name).to_owned(),
+            name: crate::short::name(self.shared.names.text(slot.name)),
             scope: self.path(slot.owner),
             worker: self.path(self.scope),
             reason,
@@ -418,12 +418,17 @@ impl<'t> WorkerScope<'t> {
     #[cold]
     #[inline(never)]
     fn read_error<T: Any>(&self, slot: &VarSlot) -> Error {
-        let name = self.shared.names.text(slot.name).to_owned();
+        let name = crate::short::name(self.shared.names.text(slot.name));
         value_error::<T>(name, self.path(slot.owner), slot)
     }
 
     fn path(&self, key: ScopeKey) -> String {
-        path_in(self.shared.scopes, self.shared.up, self.shared.names, key)
+        crate::short::path(&path_in(
+            self.shared.scopes,
+            self.shared.up,
+            self.shared.names,
+            key,
+        ))
     }
 
     /// Position of an own variable for a write; an error naming why not.
@@ -568,7 +573,7 @@ impl<'t> WorkerScope<'t> {
             }
             if pos[..i].contains(&p) {
                 return Err(Error::AliasedVar {
-                    name: self.shared.names.text(slot.name).to_owned(),
+                    name: crate::short::name(self.shared.names.text(slot.name)),
                     scope: self.path(slot.owner),
                 });
             }

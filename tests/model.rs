@@ -690,6 +690,11 @@ impl Harness {
         parts.join("/")
     }
 
+    /// A path as errors carry it (the rule `Error`'s docs state).
+    fn m_error_path(&self, s: usize) -> String {
+        cut_path(&self.m_path(s))
+    }
+
     fn m_local(&self, s: usize, name: &str) -> Option<usize> {
         self.ms[s]
             .vars
@@ -775,15 +780,15 @@ impl Harness {
     fn m_read(&self, vid: VarId, m: Option<usize>, ty: Ty) -> Result<usize, Error> {
         let v = self.m_var(vid, m)?;
         let mv = &self.mv[v];
-        let scope = self.m_path(mv.owner);
+        let scope = self.m_error_path(mv.owner);
         match &mv.val {
             None => Err(Error::Uninitialized {
-                name: mv.name.clone(),
+                name: cut_name(&mv.name),
                 scope,
                 expected: ty.full_name(),
             }),
             Some(x) if x.ty() != ty => Err(Error::TypeMismatch {
-                name: mv.name.clone(),
+                name: cut_name(&mv.name),
                 scope,
                 expected: ty.full_name(),
                 found: x.ty().full_name(),
@@ -866,7 +871,7 @@ impl Harness {
                     match self.m_kid(pi, &name) {
                         Some(_) => Err(Error::ScopeNameTaken {
                             name: name.clone(),
-                            scope: self.m_path(pi),
+                            scope: self.m_error_path(pi),
                         }),
                         None => Ok((pi, name)),
                     }
@@ -916,8 +921,8 @@ impl Harness {
                         Ok(ki)
                     } else {
                         Err(Error::NotAKid {
-                            kid: self.m_path(ki),
-                            scope: self.m_path(pi),
+                            kid: self.m_error_path(ki),
+                            scope: self.m_error_path(pi),
                         })
                     }
                 });
@@ -991,7 +996,7 @@ impl Harness {
                     match self.m_local(si, &name) {
                         Some(_) => Err(Error::NameTaken {
                             name,
-                            scope: self.m_path(si),
+                            scope: self.m_error_path(si),
                         }),
                         None => Ok((si, name)),
                     }
@@ -1059,8 +1064,8 @@ impl Harness {
                         let exp = found.and_then(|(si, f, _)| match f {
                             Some((_, v)) => Ok(self.vids[v]),
                             None => Err(Error::NotFound {
-                                name: a.text.clone(),
-                                scope: self.m_path(si),
+                                name: cut_name(&a.text),
+                                scope: self.m_error_path(si),
                             }),
                         });
                         same!(
@@ -1303,8 +1308,8 @@ impl Harness {
                     if ai == bi {
                         let mv = &self.mv[bi];
                         Err(Error::AliasedVar {
-                            name: mv.name.clone(),
-                            scope: self.m_path(mv.owner),
+                            name: cut_name(&mv.name),
+                            scope: self.m_error_path(mv.owner),
                         })
                     } else {
                         Ok((ai, bi))
@@ -1417,15 +1422,15 @@ impl Harness {
             let Some(v) = self.m_local(si, &o) else {
                 self.m_name(new)?;
                 return Err(Error::NotFound {
-                    name: old.text.clone(),
-                    scope: self.m_path(si),
+                    name: cut_name(&old.text),
+                    scope: self.m_error_path(si),
                 });
             };
             let n = self.m_name(new)?;
             match self.m_local(si, &n) {
                 Some(w) if w != v => Err(Error::NameTaken {
                     name: n,
-                    scope: self.m_path(si),
+                    scope: self.m_error_path(si),
                 }),
                 _ => Ok((v, n)),
             }
@@ -1450,8 +1455,8 @@ impl Harness {
             match self.m_local(si, old) {
                 Some(v) => Ok((si, v)),
                 None => Err(Error::NotFound {
-                    name: old.to_owned(),
-                    scope: self.m_path(si),
+                    name: cut_name(old),
+                    scope: self.m_error_path(si),
                 }),
             }
         });
@@ -1791,6 +1796,34 @@ impl Harness {
         );
         Ok(())
     }
+}
+
+/// Names in errors: up to 64 characters whole, else the first 64 followed by
+/// `… (N bytes)`.
+fn cut_name(s: &str) -> String {
+    if s.chars().count() <= 64 {
+        s.to_owned()
+    } else {
+        format!(
+            "{}… ({} bytes)",
+            s.chars().take(64).collect::<String>(),
+            s.len()
+        )
+    }
+}
+
+/// Paths in errors: whole up to 256 characters (each component cut as
+/// names are), else the first and last 96 characters around `/…/`, followed
+/// by ` (N bytes)`.
+fn cut_path(s: &str) -> String {
+    let cut = |p: &str| p.split('/').map(cut_name).collect::<Vec<_>>().join("/");
+    let chars: Vec<char> = s.chars().collect();
+    if chars.len() <= 256 {
+        return cut(s);
+    }
+    let head: String = chars[..96].iter().collect();
+    let tail: String = chars[chars.len() - 96..].iter().collect();
+    format!("{}/…/{} ({} bytes)", cut(&head), cut(&tail), s.len())
 }
 
 fn valid(name: &str) -> bool {
