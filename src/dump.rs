@@ -5,8 +5,8 @@ use std::fmt::{self, Write};
 
 use slotmap::Key;
 
+use crate::arena::{ScopeId, ScopeKey, SlotLabel};
 use crate::error::Error;
-use crate::handle::{ScopeId, ScopeKey, SlotLabel};
 use crate::tree::ScopeTree;
 
 /// Deeper scopes than this are not indented further; their line starts with
@@ -105,26 +105,20 @@ impl ScopeTree {
     }
 
     /// Writes the variables of `key`, one per line, each after `prefix`.
-    fn write_vars(
-        &self,
-        f: &mut impl Write,
-        key: ScopeKey,
-        prefix: &str,
-        sep: &str,
-    ) -> fmt::Result {
-        let Some(slot) = self.scopes.get(key) else {
+    fn write_vars(&self, f: &mut impl Write, key: ScopeKey, prefix: &str) -> fmt::Result {
+        let Some(slot) = self.arena().scope(key) else {
             return Ok(());
         };
-        for e in slot.vars.iter() {
+        for e in slot.vars().iter() {
             let ty = self
-                .vars
-                .get(e.var)
-                .and_then(|v| v.value.as_deref())
+                .arena()
+                .var(e.var)
+                .and_then(|v| v.value_type_name())
                 .map_or_else(
                     || "<uninitialised>".to_owned(),
-                    |v| crate::error::short_type_name(v.type_name()),
+                    crate::error::short_type_name,
                 );
-            write!(f, "{prefix}{}: {ty}{sep}", self.names.text(e.sym))?;
+            writeln!(f, "{prefix}{}: {ty}", self.arena().names().text(e.sym))?;
         }
         Ok(())
     }
@@ -140,7 +134,7 @@ impl ScopeTree {
             }
         } else {
             let mut s = String::new();
-            self.push_component(&mut s, key);
+            self.arena().structure().push_component(&mut s, key);
             s
         }
     }
@@ -164,7 +158,7 @@ impl fmt::Display for Dump<'_> {
             let label = self.tree.scope_label(id.key, id == self.top);
             writeln!(f, "{indent}scope {label}")?;
             indent.push_str("  ");
-            self.tree.write_vars(f, id.key, &indent, "\n")?;
+            self.tree.write_vars(f, id.key, &indent)?;
         }
         Ok(())
     }
@@ -205,15 +199,16 @@ impl fmt::Display for Dot<'_> {
             let key = id.key;
             let mut label = self.tree.scope_label(key, id == self.top);
             let mut vars = String::new();
-            self.tree.write_vars(&mut vars, key, "", "\n")?;
+            self.tree.write_vars(&mut vars, key, "")?;
             if !vars.is_empty() {
                 label.push('\n');
                 label.push_str(vars.trim_end());
             }
             writeln!(f, "  {} [label=\"{}\"];", node_id(key), escape(&label))?;
-            if id != self.top && self.tree.scopes.contains_key(key) {
-                let parent = self.tree.parent_key(key);
-                writeln!(f, "  {} -> {};", node_id(parent), node_id(key))?;
+            if id != self.top {
+                if let Some(parent) = self.tree.arena().parent(key) {
+                    writeln!(f, "  {} -> {};", node_id(parent), node_id(key))?;
+                }
             }
         }
         writeln!(f, "}}")

@@ -2,8 +2,7 @@
 
 use std::fmt;
 
-use crate::handle::{ScopeId, TreeTag, VarId};
-use crate::names::Symbol;
+use crate::arena::{ScopeId, Symbol, TreeTag, VarId};
 
 /// Why a name was rejected (see [`Error::InvalidName`]).
 ///

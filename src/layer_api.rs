@@ -9,7 +9,7 @@
 // Some methods are not called yet: the layers are being ported onto this API.
 #![allow(dead_code)]
 
-use crate::handle::{ScopeId, ScopeKey, VarId, VarKey};
+use crate::arena::{ScopeId, ScopeKey, VarId, VarKey};
 use crate::tree::ScopeTree;
 
 /// A name's interned index inside one tree (the raw half of a
@@ -22,57 +22,50 @@ impl ScopeTree {
     /// The root scope's key. O(1).
     #[inline]
     pub(crate) fn root_key(&self) -> ScopeKey {
-        self.root
+        self.arena().root()
     }
 
     /// Wraps a key of this tree into a public handle. O(1).
     #[inline]
     pub(crate) fn scope_id(&self, key: ScopeKey) -> ScopeId {
-        ScopeId::new(key, self.tag)
+        ScopeId::new(key, self.tag())
     }
 
     /// Wraps a key of this tree into a public handle. O(1).
     #[inline]
     pub(crate) fn var_id(&self, key: VarKey) -> VarId {
-        VarId::new(key, self.tag)
+        VarId::new(key, self.tag())
     }
 
     /// Whether `key` is a live scope. O(1).
     #[inline]
     pub(crate) fn scope_is_live(&self, key: ScopeKey) -> bool {
-        self.scopes.get(key).is_some_and(|s| !s.is_retired())
+        self.arena().scope(key).is_some()
     }
 
     /// Whether `key` is a live variable. O(1).
     #[inline]
     pub(crate) fn var_is_live(&self, key: VarKey) -> bool {
-        self.vars.get(key).is_some_and(|s| !s.is_retired())
+        self.arena().var(key).is_some()
     }
 
     /// The parent of a live scope; `None` for the root or a dead key. O(1).
     #[inline]
     pub(crate) fn parent_of(&self, key: ScopeKey) -> Option<ScopeKey> {
-        if !self.scope_is_live(key) {
-            return None;
-        }
-        let p = self.parent_key(key);
-        self.scope_is_live(p).then_some(p)
+        self.arena().parent(key)
     }
 
     /// The depth of a live scope (the root is 0). O(1).
     #[inline]
     pub(crate) fn depth_of(&self, key: ScopeKey) -> Option<u32> {
-        self.scopes
-            .get(key)
-            .filter(|s| !s.is_retired())
-            .map(|s| s.depth)
+        self.arena().scope(key)?.depth()
     }
 
     /// `key` and its ancestors, nearest first, ending at the root; empty for a
     /// dead key. O(1) per step.
     pub(crate) fn ancestor_keys(&self, key: ScopeKey) -> impl Iterator<Item = ScopeKey> + '_ {
-        let start = self.scope_is_live(key).then_some(key);
-        std::iter::successors(start, move |&k| self.parent_of(k))
+        let live = self.scope_is_live(key);
+        self.arena().parents(key).take_while(move |_| live)
     }
 
     /// Whether the live scope `key` is `top` or below it. O(depth(key) −
@@ -81,45 +74,37 @@ impl ScopeTree {
         let (Some(d), Some(top_depth)) = (self.depth_of(key), self.depth_of(top)) else {
             return false;
         };
-        let steps = (d - top_depth.min(d)) as usize;
-        d >= top_depth && self.ancestor_keys(key).nth(steps) == Some(top)
+        d >= top_depth && self.ancestor_keys(key).nth((d - top_depth) as usize) == Some(top)
     }
 
     /// The owner scope of a live variable. O(1).
     #[inline]
     pub(crate) fn owner_of(&self, key: VarKey) -> Option<ScopeKey> {
-        self.vars
-            .get(key)
-            .filter(|s| !s.is_retired())
-            .map(|s| s.owner)
+        self.arena().var(key)?.owner()
     }
 
     /// The symbol of `name` if some scope or variable uses it (or it is
     /// pinned); no validation, so a name with `/` is simply absent. O(len).
     #[inline]
     pub(crate) fn sym_of(&self, name: &str) -> Option<Sym> {
-        self.names.get(name)
+        self.arena().names().get(name)
     }
 
     /// The text of a symbol of this tree. O(1).
     #[inline]
     pub(crate) fn sym_text(&self, sym: Sym) -> &str {
-        self.names.text(sym)
+        self.arena().names().text(sym)
     }
 
     /// The kid of the live scope `parent` named `sym`. O(1).
     #[inline]
     pub(crate) fn kid_key(&self, parent: ScopeKey, sym: Sym) -> Option<ScopeKey> {
-        self.kid_by_sym(parent, sym)
+        self.arena().kid_by_sym(parent, sym)
     }
 
     /// The variable named `sym` held by the live scope `scope` itself. O(1).
     #[inline]
     pub(crate) fn local_var_key(&self, scope: ScopeKey, sym: Sym) -> Option<VarKey> {
-        self.scopes
-            .get(scope)
-            .filter(|s| !s.is_retired())?
-            .vars
-            .find(sym)
+        self.arena().scope(scope)?.vars().find(sym)
     }
 }

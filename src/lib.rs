@@ -53,9 +53,10 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod arena;
+pub mod diagnostics;
 mod dump;
 mod error;
-mod handle;
 mod layer_api;
 mod lookup;
 mod names;
@@ -69,14 +70,14 @@ mod value;
 mod vars;
 mod workers;
 
+pub use arena::{ScopeId, Symbol, TreeTag, VarId};
 pub use dump::{Dot, Dump};
 pub use error::{Error, InvalidNameReason, WorkerAccessReason, short_type_name};
-pub use handle::{ScopeId, TreeTag, VarId};
-pub use names::{Name, NameRef, SEPARATOR, Symbol, validate_name};
+pub use names::{Name, NameRef, SEPARATOR, validate_name};
 pub use resolver::Resolver;
 pub use step::{StepScopes, StepVar};
 pub use traverse::{Ancestors, Descendants, Kids, LocalVars};
-pub use tree::{INLINE_VARS, ScopeTree, scope_slot_bytes, var_slot_bytes};
+pub use tree::ScopeTree;
 pub use workers::WorkerScope;
 
 /// `Result` with this crate's [`Error`].

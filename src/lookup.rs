@@ -1,42 +1,11 @@
 //! Lookups: in one scope, and up the parent chain.
 
-use slotmap::Key;
-
+use crate::arena::{ScopeId, VarId};
 use crate::error::Error;
-use crate::handle::{ScopeId, ScopeKey, VarId, VarKey};
 use crate::names::Name;
-use crate::tree::{ScopeTree, sig_bit, slot_index};
+use crate::tree::ScopeTree;
 
 impl ScopeTree {
-    /// Walks from the live scope `start` to the root and returns the first
-    /// scope that holds `sym`, with the variable.
-    ///
-    /// The walk reads the dense parent and signature arrays, one 8-byte load
-    /// of the parent per level; a level whose signature lacks the symbol's
-    /// bit is skipped without touching its slot. The ancestors of a live scope
-    /// are live (deleting a scope deletes its subtree), so only `start` needs a
-    /// version check, done by the caller.
-    #[inline]
-    pub(crate) fn find_sym(&self, start: ScopeKey, sym: u32) -> Option<(ScopeKey, VarKey)> {
-        let bit = sig_bit(sym);
-        let mut key = start;
-        loop {
-            let i = slot_index(key);
-            let (Some(&parent), Some(&sig)) = (self.up.get(i), self.sigs.get(i)) else {
-                return None;
-            };
-            if sig & bit != 0 {
-                if let Some(v) = self.scopes.get(key).and_then(|s| s.vars.find(sym)) {
-                    return Some((key, v));
-                }
-            }
-            if parent.is_null() {
-                return None;
-            }
-            key = parent;
-        }
-    }
-
     /// Finds `name` in `scope` or, failing that, in its nearest ancestor that
     /// holds it (Paddle's `FindVar`): the nearest definition wins, so a name in
     /// a kid shadows the same name in a parent. `Ok(None)` when no scope on the
@@ -68,7 +37,10 @@ impl ScopeTree {
         let Some(sym) = self.lookup_name(name.as_name_ref())? else {
             return Ok(None);
         };
-        Ok(self.find_sym(s, sym).map(|(_, v)| VarId::new(v, self.tag)))
+        Ok(self
+            .arena()
+            .find_sym(s, sym)
+            .map(|(_, v)| VarId::new(v, self.tag())))
     }
 
     /// Finds `name` in `scope` only, never in its parents (Paddle's
@@ -93,7 +65,7 @@ impl ScopeTree {
         let Some(sym) = self.lookup_name(name.as_name_ref())? else {
             return Ok(None);
         };
-        Ok(slot.vars.find(sym).map(|v| VarId::new(v, self.tag)))
+        Ok(slot.vars().find(sym).map(|v| VarId::new(v, self.tag())))
     }
 
     /// Like [`find_var`](Self::find_var), but absence is an error naming the
@@ -148,7 +120,8 @@ impl ScopeTree {
             return Ok(None);
         };
         Ok(self
+            .arena()
             .find_sym(s, sym)
-            .map(|(k, _)| ScopeId::new(k, self.tag)))
+            .map(|(k, _)| ScopeId::new(k, self.tag())))
     }
 }

@@ -26,8 +26,8 @@ use std::fmt;
 
 use slotmap::Key;
 
+use crate::arena::{ScopeId, ScopeKey, TreeTag, VarId, VarKey};
 use crate::error::Error;
-use crate::handle::{ScopeId, ScopeKey, TreeTag, VarId, VarKey};
 use crate::names::Name;
 use crate::tree::ScopeTree;
 
@@ -282,22 +282,22 @@ impl Resolver {
         let Some(sym) = tree.lookup_name(name.as_name_ref())? else {
             return Ok(None);
         };
-        if self.tag != Some(tree.tag) {
+        if self.tag != Some(tree.tag()) {
             self.clear();
-            self.tag = Some(tree.tag);
+            self.tag = Some(tree.tag());
         }
-        let epoch = tree.names.epoch(sym);
+        let epoch = tree.arena().names().epoch(sym);
         let first = self.set_of(s, sym) * WAYS;
         if let Some(set) = self.entries.get(first..first + WAYS) {
             for e in set {
                 if e.scope == s && e.sym == sym && e.epoch == epoch {
                     self.hits += 1;
-                    return Ok(e.var.map(|v| VarId::new(v, tree.tag)));
+                    return Ok(e.var.map(|v| VarId::new(v, tree.tag())));
                 }
             }
         }
         self.misses += 1;
-        let var = tree.find_sym(s, sym).map(|(_, v)| v);
+        let var = tree.arena().find_sym(s, sym).map(|(_, v)| v);
         self.store(
             tree,
             first,
@@ -308,7 +308,7 @@ impl Resolver {
                 epoch,
             },
         );
-        Ok(var.map(|v| VarId::new(v, tree.tag)))
+        Ok(var.map(|v| VarId::new(v, tree.tag())))
     }
 
     /// The set a (scope, symbol) pair lives in: the high bits of a
@@ -334,8 +334,8 @@ impl Resolver {
         };
         let reusable = |e: &Entry| {
             e.scope.is_null()
-                || tree.scopes.get(e.scope).is_none_or(|s| s.is_retired())
-                || tree.names.epoch(e.sym) != e.epoch
+                || tree.arena().scope(e.scope).is_none()
+                || tree.arena().names().epoch(e.sym) != e.epoch
         };
         // Way 0 holds the newer entry, way 1 the older. The victim is the
         // outdated entry of the same pair, else the first reusable way, else

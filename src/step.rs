@@ -12,11 +12,11 @@
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::arena::{Payload, VarSlot};
+use crate::arena::{ScopeId, VarId};
 use crate::error::Error;
-use crate::handle::{ScopeId, VarId};
 use crate::names::Name;
 use crate::tree::ScopeTree;
-use crate::value::Payload;
 
 /// A per-step variable name declared on a [`StepScopes`]: resolve it once with
 /// [`declare`](StepScopes::declare), then get step `t`'s variable with
@@ -229,7 +229,7 @@ impl StepScopes {
         let mut vars = Vec::with_capacity(self.scopes.len() * (stride + 1));
         for (slot, &scope) in self.scopes.iter().enumerate() {
             vars.extend_from_slice(&self.vars[slot * stride..(slot + 1) * stride]);
-            vars.push(tree.var(scope, sym_name(tree, sym))?);
+            vars.push(tree.var(scope, tree.symbol_of(sym))?);
         }
         self.vars = vars;
         self.syms.push(sym);
@@ -408,7 +408,7 @@ impl StepScopes {
         let cols = slot * stride..(slot + 1) * stride;
         self.moved.clear();
         for v in &self.vars[cols.clone()] {
-            let value = tree.vars.get_mut(v.key).and_then(|s| s.value.take());
+            let value = tree.arena_mut().var_mut(v.key).and_then(VarSlot::take_box);
             self.moved.push(value);
         }
         match tree.delete_scope(self.scopes[slot]) {
@@ -423,8 +423,8 @@ impl StepScopes {
             .zip(self.moved.drain(..))
         {
             *v = tree.insert_var(scope.key, sym);
-            if let Some(s) = tree.vars.get_mut(v.key) {
-                s.value = value;
+            if let Some(s) = tree.arena_mut().var_mut(v.key) {
+                s.put_box(value);
             }
         }
         Ok(())
@@ -633,14 +633,5 @@ impl StepScopes {
     /// ```
     pub fn scopes(&self) -> impl Iterator<Item = (usize, ScopeId)> + '_ {
         (self.first..self.end).map(|t| (t, self.scopes[self.slot_of(t)]))
-    }
-}
-
-/// A symbol of `tree` as a name argument.
-fn sym_name(tree: &ScopeTree, sym: u32) -> crate::names::Symbol {
-    crate::names::Symbol {
-        idx: sym,
-        generation: tree.names.generation(sym),
-        tree: tree.tag(),
     }
 }

@@ -3,11 +3,9 @@
 
 use std::iter::FusedIterator;
 
-use slotmap::Key;
-
+use crate::arena::{Entry, KeyWalk, ScopeId, ScopeKey, Structure, VarId};
 use crate::error::Error;
-use crate::handle::{ScopeId, ScopeKey, VarId};
-use crate::tree::{Entry, ScopeTree};
+use crate::tree::ScopeTree;
 
 /// The direct kids of a scope, in creation order. Made by
 /// [`ScopeTree::kids`].
@@ -22,17 +20,14 @@ use crate::tree::{Entry, ScopeTree};
 /// ```
 #[derive(Clone)]
 pub struct Kids<'a> {
-    tree: &'a ScopeTree,
-    next: ScopeKey,
+    walk: KeyWalk<'a>,
 }
 
 impl Iterator for Kids<'_> {
     type Item = ScopeId;
     fn next(&mut self) -> Option<ScopeId> {
-        let slot = self.tree.scopes.get(self.next)?;
-        let id = ScopeId::new(self.next, self.tree.tag);
-        self.next = slot.next_sib;
-        Some(id)
+        let tag = self.walk.tag();
+        self.walk.next().map(|k| ScopeId::new(k, tag))
     }
 }
 
@@ -51,17 +46,14 @@ impl FusedIterator for Kids<'_> {}
 /// ```
 #[derive(Clone)]
 pub struct Ancestors<'a> {
-    tree: &'a ScopeTree,
-    next: ScopeKey,
+    walk: KeyWalk<'a>,
 }
 
 impl Iterator for Ancestors<'_> {
     type Item = ScopeId;
     fn next(&mut self) -> Option<ScopeId> {
-        self.tree.scopes.get(self.next)?;
-        let id = ScopeId::new(self.next, self.tree.tag);
-        self.next = self.tree.parent_key(self.next);
-        Some(id)
+        let tag = self.walk.tag();
+        self.walk.next().map(|k| ScopeId::new(k, tag))
     }
 }
 
@@ -85,38 +77,24 @@ impl FusedIterator for Ancestors<'_> {}
 /// ```
 #[derive(Clone)]
 pub struct Descendants<'a> {
-    tree: &'a ScopeTree,
+    view: Structure<'a>,
     top: ScopeKey,
-    next: ScopeKey,
+    next: Option<ScopeKey>,
     depth: usize,
 }
 
 impl Iterator for Descendants<'_> {
     type Item = (ScopeId, usize);
     fn next(&mut self) -> Option<(ScopeId, usize)> {
-        let cur = self.next;
-        let slot = self.tree.scopes.get(cur)?;
-        let item = (ScopeId::new(cur, self.tree.tag), self.depth);
-        // Advance: first kid, else the next sibling of the nearest scope on
-        // the way back up that has one, without leaving the subtree.
-        if !slot.first_kid.is_null() {
-            self.next = slot.first_kid;
-            self.depth += 1;
-            return Some(item);
-        }
-        let mut k = cur;
-        self.next = ScopeKey::null();
-        while k != self.top {
-            let Some(s) = self.tree.scopes.get(k) else {
-                break;
-            };
-            if !s.next_sib.is_null() {
-                self.next = s.next_sib;
-                break;
+        let cur = self.next?;
+        let item = (ScopeId::new(cur, self.view.tag()), self.depth);
+        self.next = match self.view.preorder_next(cur, self.top) {
+            Some((next, climbed)) => {
+                self.depth = self.depth.saturating_add_signed(-climbed);
+                Some(next)
             }
-            k = self.tree.parent_key(k);
-            self.depth = self.depth.saturating_sub(1);
-        }
+            None => None,
+        };
         Some(item)
     }
 }
@@ -157,8 +135,8 @@ impl<'a> Iterator for LocalVars<'a> {
 impl<'a> LocalVars<'a> {
     fn item(&self, e: Entry) -> (&'a str, VarId) {
         (
-            self.tree.names.text(e.sym),
-            VarId::new(e.var, self.tree.tag),
+            self.tree.arena().names().text(e.sym),
+            VarId::new(e.var, self.tree.tag()),
         )
     }
 }
@@ -189,10 +167,9 @@ impl ScopeTree {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn kids(&self, scope: ScopeId) -> Result<Kids<'_>, Error> {
-        let slot = self.scope_slot(scope)?;
+        let k = self.check_scope(scope)?;
         Ok(Kids {
-            tree: self,
-            next: slot.first_kid,
+            walk: self.arena().kids(k),
         })
     }
 
@@ -213,8 +190,7 @@ impl ScopeTree {
     pub fn ancestors(&self, scope: ScopeId) -> Result<Ancestors<'_>, Error> {
         let k = self.check_scope(scope)?;
         Ok(Ancestors {
-            tree: self,
-            next: k,
+            walk: self.arena().parents(k),
         })
     }
 
@@ -235,9 +211,9 @@ impl ScopeTree {
     pub fn descendants(&self, scope: ScopeId) -> Result<Descendants<'_>, Error> {
         let k = self.check_scope(scope)?;
         Ok(Descendants {
-            tree: self,
+            view: self.arena().structure(),
             top: k,
-            next: k,
+            next: Some(k),
             depth: 0,
         })
     }
@@ -261,8 +237,8 @@ impl ScopeTree {
         let slot = self.scope_slot(scope)?;
         Ok(LocalVars {
             tree: self,
-            entries: slot.vars.slots().iter(),
-            remaining: slot.vars.len(),
+            entries: slot.vars().slots().iter(),
+            remaining: slot.vars().len(),
         })
     }
 

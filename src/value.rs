@@ -9,48 +9,120 @@
 
 use std::any::{Any, type_name};
 
+use crate::arena::{Payload, VarId, VarSlot};
 use crate::error::Error;
-use crate::handle::VarId;
-use crate::tree::{ScopeTree, VarSlot};
+use crate::tree::ScopeTree;
 
-/// A value a variable can hold: any `Send + Sync + 'static` type. Blanket
-/// implemented; it only adds the type's name, for messages and dumps.
-pub(crate) trait Payload: Any + Send + Sync {
-    fn type_name(&self) -> &'static str;
+/// Why a slot's value cannot be read as a `T`: it is uninitialised, or holds
+/// another type. The typed-value core below returns it; the tree and the
+/// worker split each turn it into an [`Error`] with the names they know.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum ValueError {
+    /// Nothing was set.
+    Uninit,
+    /// The value is of this other type.
+    Mismatch(&'static str),
 }
 
-impl<T: Any + Send + Sync> Payload for T {
-    fn type_name(&self) -> &'static str {
-        type_name::<T>()
+impl ValueError {
+    /// The error for a read of `T` from the variable `name` in `scope`.
+    #[cold]
+    pub(crate) fn into_error<T: Any>(self, name: String, scope: String) -> Error {
+        match self {
+            ValueError::Uninit => Error::Uninitialized {
+                name,
+                scope,
+                expected: type_name::<T>(),
+            },
+            ValueError::Mismatch(found) => Error::TypeMismatch {
+                name,
+                scope,
+                expected: type_name::<T>(),
+                found,
+            },
+        }
     }
 }
 
 #[inline]
-pub(crate) fn as_any(p: &dyn Payload) -> &dyn Any {
+fn as_any<'a>(p: &'a (dyn Payload + 'static)) -> &'a (dyn Any + 'static) {
     p
 }
 
 #[inline]
-pub(crate) fn as_any_mut(p: &mut dyn Payload) -> &mut dyn Any {
+fn as_any_mut<'a>(p: &'a mut (dyn Payload + 'static)) -> &'a mut (dyn Any + 'static) {
     p
 }
 
-/// Why a slot's value cannot be read as a `T`: it is uninitialised, or holds
-/// another type. Shared by the tree and the worker split.
-#[cold]
-pub(crate) fn value_error<T: Any>(name: String, scope: String, slot: &VarSlot) -> Error {
-    match slot.value.as_deref() {
-        None => Error::Uninitialized {
-            name,
-            scope,
-            expected: type_name::<T>(),
-        },
-        Some(v) => Error::TypeMismatch {
-            name,
-            scope,
-            expected: type_name::<T>(),
-            found: v.type_name(),
-        },
+/// The typed-value core: every typed read and write of a variable, by the
+/// tree, the worker split and the step scopes, goes through these.
+impl VarSlot {
+    /// The value as a `T`. O(1): one type-id comparison.
+    #[inline]
+    pub(crate) fn typed<T: Any>(&self) -> Result<&T, ValueError> {
+        match self.value.as_deref() {
+            Some(v) => as_any(v)
+                .downcast_ref::<T>()
+                .ok_or(ValueError::Mismatch(v.type_name())),
+            None => Err(ValueError::Uninit),
+        }
+    }
+
+    /// The value as a mutable `T`. O(1).
+    #[inline]
+    pub(crate) fn typed_mut<T: Any>(&mut self) -> Result<&mut T, ValueError> {
+        match self.value.as_deref_mut() {
+            Some(v) if !as_any(v).is::<T>() => Err(ValueError::Mismatch((*v).type_name())),
+            Some(v) => as_any_mut(v).downcast_mut::<T>().ok_or(ValueError::Uninit),
+            None => Err(ValueError::Uninit),
+        }
+    }
+
+    /// Whether the value is a `T`. O(1).
+    #[inline]
+    pub(crate) fn holds<T: Any>(&self) -> bool {
+        self.typed::<T>().is_ok()
+    }
+
+    /// Stores `value`, overwriting a value of the same type in place (no
+    /// allocation) or boxing it otherwise. O(1).
+    #[inline]
+    pub(crate) fn put<T: Any + Send + Sync>(&mut self, value: T) {
+        match self.typed_mut::<T>() {
+            Ok(old) => *old = value,
+            Err(_) => self.value = Some(Box::new(value)),
+        }
+    }
+
+    /// Moves the value out as a `T`, leaving the slot uninitialised; on an
+    /// error the value stays. O(1).
+    pub(crate) fn take_typed<T: Any>(&mut self) -> Result<T, ValueError> {
+        self.typed::<T>()?;
+        let boxed: Box<dyn Any> = self.value.take().ok_or(ValueError::Uninit)?;
+        // `typed` just checked the type, so the downcast cannot fail.
+        boxed
+            .downcast::<T>()
+            .map(|b| *b)
+            .map_err(|_| ValueError::Uninit)
+    }
+
+    /// Moves the boxed value out, whatever its type (step scopes carry
+    /// values from a recycled slot to its successor this way). O(1).
+    #[inline]
+    pub(crate) fn take_box(&mut self) -> Option<Box<dyn Payload>> {
+        self.value.take()
+    }
+
+    /// Puts a boxed value back (see [`take_box`](Self::take_box)). O(1).
+    #[inline]
+    pub(crate) fn put_box(&mut self, value: Option<Box<dyn Payload>>) {
+        self.value = value;
+    }
+
+    /// The type name of the value, if any.
+    #[inline]
+    pub(crate) fn value_type_name(&self) -> Option<&'static str> {
+        self.value.as_deref().map(Payload::type_name)
     }
 }
 
@@ -60,12 +132,16 @@ impl ScopeTree {
     #[cold]
     #[inline(never)]
     fn read_error<T: Any>(&self, var: VarId) -> Error {
-        let slot = match self.var_slot(var) {
-            Ok(slot) => slot,
-            Err(e) => return e,
-        };
-        let (name, scope) = self.describe_var(var);
-        value_error::<T>(name, scope, slot)
+        match self.var_slot(var) {
+            Ok(slot) => match slot.typed::<T>() {
+                Ok(_) => Error::StaleVar { var },
+                Err(e) => {
+                    let (name, scope) = self.describe_var(var);
+                    e.into_error::<T>(name, scope)
+                }
+            },
+            Err(e) => e,
+        }
     }
 
     /// Borrows the value of `var` as a `T` (Paddle's `Get<T>`). O(1): a key
@@ -86,13 +162,11 @@ impl ScopeTree {
     /// ```
     #[inline]
     pub fn get<T: Any>(&self, var: VarId) -> Result<&T, Error> {
-        let slot = self.var_slot_unretired(var)?;
-        if let Some(v) = slot.value.as_deref() {
-            if let Some(t) = as_any(v).downcast_ref::<T>() {
-                return Ok(t);
-            }
+        // A retired slot's value is empty, so it takes the error path.
+        match self.var_slot_unretired(var)?.typed::<T>() {
+            Ok(t) => Ok(t),
+            Err(_) => Err(self.read_error::<T>(var)),
         }
-        Err(self.read_error::<T>(var))
     }
 
     /// Borrows the value of `var` mutably as a `T`. O(1).
@@ -111,24 +185,14 @@ impl ScopeTree {
     /// ```
     #[inline]
     pub fn get_mut<T: Any>(&mut self, var: VarId) -> Result<&mut T, Error> {
-        // Two lookups keep the borrow checker happy on the error path; the
-        // first one is a cheap shared probe.
-        let ok = {
-            let slot = self.var_slot_unretired(var)?;
-            slot.value.as_deref().is_some_and(|v| as_any(v).is::<T>())
-        };
-        if !ok {
+        // A shared probe first: stable Rust's borrow checker rejects building
+        // the error while the mutable borrow of the success path is alive.
+        if !self.var_slot_unretired(var)?.holds::<T>() {
             return Err(self.read_error::<T>(var));
         }
-        match self
-            .var_slot_mut(var)?
-            .value
-            .as_deref_mut()
-            .and_then(|v| as_any_mut(v).downcast_mut::<T>())
-        {
-            Some(t) => Ok(t),
-            None => Err(Error::StaleVar { var }),
-        }
+        self.var_slot_mut(var)?
+            .typed_mut::<T>()
+            .map_err(|_| Error::StaleVar { var })
     }
 
     /// Sets the value of `var`, dropping any value it held, of whatever type.
@@ -149,16 +213,7 @@ impl ScopeTree {
     /// ```
     #[inline]
     pub fn set<T: Any + Send + Sync>(&mut self, var: VarId, value: T) -> Result<(), Error> {
-        let slot = self.var_slot_mut(var)?;
-        if let Some(old) = slot
-            .value
-            .as_deref_mut()
-            .and_then(|v| as_any_mut(v).downcast_mut::<T>())
-        {
-            *old = value;
-        } else {
-            slot.value = Some(Box::new(value));
-        }
+        self.var_slot_mut(var)?.put(value);
         Ok(())
     }
 
@@ -208,14 +263,9 @@ impl ScopeTree {
     /// ```
     pub fn take<T: Any>(&mut self, var: VarId) -> Result<T, Error> {
         self.get::<T>(var)?;
-        let boxed = self.var_slot_mut(var)?.value.take();
-        match boxed.map(|b| -> Box<dyn Any> { b }) {
-            Some(b) => b
-                .downcast::<T>()
-                .map(|t| *t)
-                .map_err(|_| Error::StaleVar { var }),
-            None => Err(Error::StaleVar { var }),
-        }
+        self.var_slot_mut(var)?
+            .take_typed::<T>()
+            .map_err(|_| Error::StaleVar { var })
     }
 
     /// Drops the value of `var`, leaving it uninitialised (Paddle's `Clear`).
@@ -254,11 +304,7 @@ impl ScopeTree {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn is<T: Any>(&self, var: VarId) -> Result<bool, Error> {
-        Ok(self
-            .var_slot(var)?
-            .value
-            .as_deref()
-            .is_some_and(|v| as_any(v).is::<T>()))
+        Ok(self.var_slot(var)?.holds::<T>())
     }
 
     /// Whether `var` holds a value (Paddle's `IsInitialized`). O(1).
@@ -295,7 +341,7 @@ impl ScopeTree {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn type_name(&self, var: VarId) -> Result<Option<&'static str>, Error> {
-        Ok(self.var_slot(var)?.value.as_deref().map(Payload::type_name))
+        Ok(self.var_slot(var)?.value_type_name())
     }
 
     /// Borrows the `T` value of `var` mutably, first setting it to `init()` if
@@ -377,21 +423,23 @@ impl ScopeTree {
                 return Err(Error::AliasedVar { name, scope });
             }
         }
-        let first = vars.first().copied();
+        // Every handle was just checked live, distinct and holding a `T`, so
+        // neither failure below can happen; each still reports the first
+        // handle as stale rather than panicking.
+        let stale = || Error::StaleVar { var: vars[0] };
         let slots = self
-            .vars
-            .get_disjoint_mut(vars.map(|v| v.key))
-            .ok_or_else(|| stale_of(first))?;
-        let typed = slots.map(|s| {
-            s.value
-                .as_deref_mut()
-                .and_then(|v| as_any_mut(v).downcast_mut::<T>())
-        });
+            .arena_mut()
+            .vars_disjoint_mut(vars.map(|v| v.key))
+            .ok_or_else(stale)?;
+        let mut typed = slots.map(|s| s.typed_mut::<T>().ok());
         if typed.iter().any(Option::is_none) {
-            return Err(stale_of(first));
+            return Err(stale());
         }
-        // Every entry was checked to be `Some` just above.
-        Ok(typed.map(|t| t.unwrap_or_else(|| unreachable!("checked above"))))
+        Ok(std::array::from_fn(|i| {
+            typed[i]
+                .take()
+                .unwrap_or_else(|| unreachable!("checked above"))
+        }))
     }
 }
 
@@ -428,31 +476,14 @@ impl ScopeTree {
             let (name, scope) = self.describe_var(a);
             return Err(Error::AliasedVar { name, scope });
         }
+        // Both were checked live, distinct and of the right types above.
         let [sa, sb] = self
-            .vars
-            .get_disjoint_mut([a.key, b.key])
+            .arena_mut()
+            .vars_disjoint_mut([a.key, b.key])
             .ok_or(Error::StaleVar { var: a })?;
-        let va = sa
-            .value
-            .as_deref_mut()
-            .and_then(|v| as_any_mut(v).downcast_mut::<A>());
-        let vb = sb
-            .value
-            .as_deref_mut()
-            .and_then(|v| as_any_mut(v).downcast_mut::<B>());
-        match (va, vb) {
-            (Some(va), Some(vb)) => Ok((va, vb)),
-            // Both were checked by `get` above.
+        match (sa.typed_mut::<A>(), sb.typed_mut::<B>()) {
+            (Ok(va), Ok(vb)) => Ok((va, vb)),
             _ => Err(Error::StaleVar { var: a }),
         }
-    }
-}
-
-/// A stale-handle error for a call whose handles were all checked before;
-/// reaching it would be a bug, reported as an error rather than a panic.
-fn stale_of(var: Option<VarId>) -> Error {
-    match var {
-        Some(var) => Error::StaleVar { var },
-        None => Error::RootScope,
     }
 }

@@ -1,13 +1,11 @@
 //! Variables as members of scopes: create, get-or-create, unique names,
 //! erase, rename, owner and names.
 
-use slotmap::Key;
-
+use crate::arena::{ScopeId, ScopeKey, VarId, resume};
 use crate::error::Error;
-use crate::handle::{ScopeId, ScopeKey, VarId};
-use crate::names::FxHashSet;
+use crate::layer_api::Sym;
 use crate::names::{Name, validate_name};
-use crate::tree::{Entry, ScopeTree, resume};
+use crate::tree::ScopeTree;
 
 impl ScopeTree {
     /// Gets the variable `name` of `scope` itself, creating it (uninitialised)
@@ -32,8 +30,8 @@ impl ScopeTree {
     pub fn var(&mut self, scope: ScopeId, name: impl Name) -> Result<VarId, Error> {
         let s = self.check_scope(scope)?;
         let sym = self.intern_name(name.as_name_ref())?;
-        if let Some(v) = self.scopes.get(s).and_then(|slot| slot.vars.find(sym)) {
-            return Ok(VarId::new(v, self.tag));
+        if let Some(v) = self.arena().scope(s).and_then(|slot| slot.vars().find(sym)) {
+            return Ok(VarId::new(v, self.tag()));
         }
         Ok(self.insert_var(s, sym))
     }
@@ -60,9 +58,9 @@ impl ScopeTree {
         let name = name.as_name_ref();
         let sym = self.intern_name(name)?;
         if self
-            .scopes
-            .get(s)
-            .is_some_and(|slot| slot.vars.find(sym).is_some())
+            .arena()
+            .scope(s)
+            .is_some_and(|slot| slot.vars().find(sym).is_some())
         {
             return Err(Error::NameTaken {
                 name: self.name_text(name),
@@ -75,20 +73,25 @@ impl ScopeTree {
     /// Draws the next name `{prefix}_{n}` that the tree's counter gives and
     /// `scope` does not hold. The counter only grows, so the generator never
     /// hands out the same name twice in the tree's lifetime.
-    fn next_unique_name(&mut self, scope: ScopeKey, prefix: &str) -> Result<u32, Error> {
+    fn next_unique_name(&mut self, scope: ScopeKey, prefix: &str) -> Result<Sym, Error> {
         validate_name(prefix)?;
         loop {
-            let n = self.unique_counter;
-            self.unique_counter += 1;
-            let sym = self.names.intern(&format!("{prefix}_{n}"));
+            let n = self.next_unique_number();
+            let sym = self.arena_mut().intern(&format!("{prefix}_{n}"));
             if self
-                .scopes
-                .get(scope)
-                .is_none_or(|slot| slot.vars.find(sym).is_none())
+                .arena()
+                .scope(scope)
+                .is_none_or(|slot| slot.vars().find(sym).is_none())
             {
                 return Ok(sym);
             }
         }
+    }
+
+    /// Creates a variable named `sym` (interned) in the live scope `s`.
+    pub(crate) fn insert_var(&mut self, s: ScopeKey, sym: Sym) -> VarId {
+        let key = self.arena_mut().insert_var(s, sym);
+        VarId::new(key, self.tag())
     }
 
     /// Creates a variable in `scope` under a fresh name `{prefix}_{n}` (Paddle's
@@ -197,23 +200,10 @@ impl ScopeTree {
     /// Removes the given entries of scope `s` (or, with `keep`, every entry
     /// but them), then frees their variables. O(names) to remove the given
     /// ones, O(local variables + names) to keep them.
-    fn erase_syms(&mut self, s: ScopeKey, syms: &[u32], keep: bool) -> usize {
-        let erased: Vec<Entry> = match self.scopes.get_mut(s) {
-            None => Vec::new(),
-            Some(slot) if keep => {
-                let keep: FxHashSet<u32> = syms.iter().copied().collect();
-                slot.vars.remove_where(|sym| !keep.contains(&sym))
-            }
-            Some(slot) => syms
-                .iter()
-                .filter_map(|&sym| slot.vars.remove(sym))
-                .collect(),
-        };
-        self.refresh_sig(s);
-        let mut deferred = None;
-        self.free_vars(&erased, |e| e.var, &mut deferred);
+    fn erase_syms(&mut self, s: ScopeKey, syms: &[Sym], keep: bool) -> usize {
+        let (n, deferred) = self.arena_mut().remove_vars(s, syms, keep);
         resume(deferred);
-        erased.len()
+        n
     }
 
     /// Erases one variable by handle (seed 000's `DeleteVariable`), dropping
@@ -238,7 +228,7 @@ impl ScopeTree {
     /// ```
     pub fn remove_var(&mut self, var: VarId) -> Result<(), Error> {
         let slot = self.var_slot(var)?;
-        let (owner, sym) = (slot.owner, slot.name);
+        let (owner, sym) = (slot.owner().unwrap_or_default(), slot.name());
         self.erase_syms(owner, &[sym], false);
         Ok(())
     }
@@ -271,7 +261,7 @@ impl ScopeTree {
         let (old, new) = (old.as_name_ref(), new.as_name_ref());
         let pos = self
             .lookup_name(old)?
-            .and_then(|sym| self.scopes.get(s)?.vars.position(sym));
+            .and_then(|sym| self.arena().scope(s)?.vars().position(sym));
         let Some(pos) = pos else {
             // Check `new` too, so that a bad new name is reported as such.
             self.lookup_name(new)?;
@@ -310,7 +300,7 @@ impl ScopeTree {
         let s = self.check_scope(scope)?;
         let pos = self
             .lookup_name(old.as_name_ref())?
-            .and_then(|sym| self.scopes.get(s)?.vars.position(sym));
+            .and_then(|sym| self.arena().scope(s)?.vars().position(sym));
         let Some(pos) = pos else {
             return Err(Error::NotFound {
                 name: crate::short::name(old),
@@ -319,29 +309,14 @@ impl ScopeTree {
         };
         let sym = self.next_unique_name(s, old)?;
         self.rename_at(s, pos, sym);
-        Ok(self.names.text(sym))
+        Ok(self.arena().names().text(sym))
     }
 
     /// Renames the entry at `pos` of scope `s` to `sym`; `None` if the scope
     /// already holds `sym` under another entry.
-    fn rename_at(&mut self, s: ScopeKey, pos: usize, sym: u32) -> Option<VarId> {
-        let slot = self.scopes.get_mut(s)?;
-        let Entry { sym: old, var } = slot.vars.entry(pos)?;
-        match slot.vars.find(sym) {
-            Some(existing) if existing == var => return Some(VarId::new(var, self.tag)),
-            Some(_) => return None,
-            None => {}
-        }
-        slot.vars.rename_at(pos, sym);
-        self.names.bump(old);
-        self.names.bump(sym);
-        self.names.acquire(sym);
-        self.names.release(old);
-        self.refresh_sig(s);
-        if let Some(v) = self.vars.get_mut(var) {
-            v.name = sym;
-        }
-        Some(VarId::new(var, self.tag))
+    fn rename_at(&mut self, s: ScopeKey, pos: usize, sym: Sym) -> Option<VarId> {
+        let var = self.arena_mut().rename_var(s, pos, sym).ok()?;
+        Some(VarId::new(var, self.tag()))
     }
 
     /// The scope that holds `var`: for a [`find_var`](Self::find_var) result,
@@ -358,7 +333,7 @@ impl ScopeTree {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn owner(&self, var: VarId) -> Result<ScopeId, Error> {
-        Ok(ScopeId::new(self.owner_key(var)?, self.tag))
+        Ok(ScopeId::new(self.owner_key(var)?, self.tag()))
     }
 
     /// The local name of `var`. O(1).
@@ -374,7 +349,7 @@ impl ScopeTree {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn var_name(&self, var: VarId) -> Result<&str, Error> {
-        Ok(self.names.text(self.var_slot(var)?.name))
+        Ok(self.arena().names().text(self.var_slot(var)?.name()))
     }
 
     /// The variable's scope path and name joined by `/`, as in messages.
@@ -395,11 +370,11 @@ impl ScopeTree {
     /// ```
     pub fn var_path(&self, var: VarId) -> Result<String, Error> {
         let slot = self.var_slot(var)?;
-        let mut p = self.path_of(slot.owner);
+        let mut p = self.path_of(slot.owner().unwrap_or_default());
         if !p.is_empty() {
             p.push('/');
         }
-        p.push_str(self.names.text(slot.name));
+        p.push_str(self.arena().names().text(slot.name()));
         Ok(p)
     }
 
@@ -416,18 +391,18 @@ impl ScopeTree {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn local_var_count(&self, scope: ScopeId) -> Result<usize, Error> {
-        Ok(self.scope_slot(scope)?.vars.len())
+        Ok(self.scope_slot(scope)?.vars().len())
     }
 
     /// The (name, handle) message text of a live variable: its name and its
     /// scope's path.
     pub(crate) fn describe_var(&self, var: VarId) -> (String, String) {
-        match self.vars.get(var.key) {
-            Some(slot) if !slot.owner.is_null() => (
-                crate::short::name(self.names.text(slot.name)),
-                self.error_path(slot.owner),
+        match self.arena().var(var.key) {
+            Some(slot) => (
+                crate::short::name(self.arena().names().text(slot.name())),
+                self.error_path(slot.owner().unwrap_or_default()),
             ),
-            _ => (format!("{var:?}"), String::new()),
+            None => (format!("{var:?}"), String::new()),
         }
     }
 }

@@ -30,30 +30,27 @@ use std::any::Any;
 use std::sync::Arc;
 use std::thread;
 
-use slotmap::{Key, SlotMap};
+use rustc_hash::FxHashMap;
 
+use crate::arena::{ScopeId, ScopeKey, Structure, VarId, VarKey, VarSlot};
 use crate::error::{Error, WorkerAccessReason};
-use crate::handle::{ScopeId, ScopeKey, TreeTag, VarId, VarKey};
-use crate::names::{FxHashMap, Interner};
-use crate::tree::{ScopeSlot, ScopeTree, VarSlot, path_in};
-use crate::value::{as_any, as_any_mut, value_error};
+use crate::layer_api::Sym;
+use crate::tree::ScopeTree;
+use crate::value::ValueError;
 
 /// One variable of a worker's side, as the shared index records it (for
 /// error messages about another worker's variable).
 struct Owned {
     key: VarKey,
     worker: u32,
-    name: u32,
+    name: Sym,
     owner: ScopeKey,
 }
 
 /// What every worker of a split reads: the frozen structure and the shared
 /// side's variables.
 struct Shared<'t> {
-    tag: TreeTag,
-    scopes: &'t SlotMap<ScopeKey, ScopeSlot>,
-    up: &'t [ScopeKey],
-    names: &'t Interner,
+    view: Structure<'t>,
     /// The shared side, sorted by key.
     vars: Vec<(VarKey, &'t VarSlot)>,
     /// Every worker-side variable, sorted by key.
@@ -154,52 +151,45 @@ impl ScopeTree {
         // Map every scope of every worker's subtree to its worker.
         let mut side_of: FxHashMap<ScopeKey, u32> = FxHashMap::default();
         let mut stack = Vec::new();
+        let view = self.arena().structure();
         for (i, &top) in keys.iter().enumerate() {
             stack.push(top);
             while let Some(k) = stack.pop() {
                 if let Some(j) = side_of.insert(k, i as u32) {
                     return Err(Error::OverlappingWorkers {
-                        scope: self.error_path(keys[j as usize]),
-                        other: self.error_path(top),
+                        scope: view.error_path(keys[j as usize]),
+                        other: view.error_path(top),
                     });
                 }
-                let mut kid = self.scopes.get(k).map_or(ScopeKey::null(), |s| s.first_kid);
-                while let Some(slot) = self.scopes.get(kid) {
-                    stack.push(kid);
-                    kid = slot.next_sib;
-                }
+                stack.extend(view.kids(k));
             }
         }
+        let (view, slots) = self.arena_mut().split_values();
         let mut own: Vec<Vec<(VarKey, &mut VarSlot)>> = keys.iter().map(|_| Vec::new()).collect();
         let mut shared_vars = Vec::new();
         let mut owned = Vec::new();
-        for (key, slot) in self.vars.iter_mut() {
-            if slot.is_retired() {
-                continue;
-            }
-            match side_of.get(&slot.owner) {
+        for (key, slot) in slots {
+            let owner = slot.owner().unwrap_or_default();
+            match side_of.get(&owner) {
                 Some(&w) => {
                     owned.push(Owned {
                         key,
                         worker: w,
-                        name: slot.name,
-                        owner: slot.owner,
+                        name: slot.name(),
+                        owner,
                     });
                     own[w as usize].push((key, slot));
                 }
                 None => shared_vars.push((key, &*slot)),
             }
         }
-        // Slotmap iterates in slot-index order and keys order by index first,
-        // so every list is sorted by key, as the binary searches need.
+        // The arena hands out slots in key order, so every list is sorted by
+        // key, as the binary searches need.
         debug_assert!(shared_vars.windows(2).all(|w| w[0].0 < w[1].0));
         debug_assert!(owned.windows(2).all(|w| w[0].key < w[1].key));
         debug_assert!(own.iter().all(|o| o.windows(2).all(|w| w[0].0 < w[1].0)));
         let shared = Arc::new(Shared {
-            tag: self.tag,
-            scopes: &self.scopes,
-            up: &self.up,
-            names: &self.names,
+            view,
             vars: shared_vars,
             owned,
             workers: keys.clone(),
@@ -303,7 +293,7 @@ impl<'t> WorkerScope<'t> {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn scope(&self) -> ScopeId {
-        ScopeId::new(self.scope, self.shared.tag)
+        ScopeId::new(self.scope, self.shared.view.tag())
     }
 
     /// Number of variables this worker owns (its scope's and its
@@ -350,7 +340,7 @@ impl<'t> WorkerScope<'t> {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn owns(&self, var: VarId) -> bool {
-        var.tree == self.shared.tag && self.own_pos(var.key).is_some()
+        var.tree == self.shared.view.tag() && self.own_pos(var.key).is_some()
     }
 
     #[inline]
@@ -369,10 +359,10 @@ impl<'t> WorkerScope<'t> {
     /// The error for a handle found on neither side this worker may use.
     #[cold]
     fn missing(&self, var: VarId) -> Error {
-        if var.tree != self.shared.tag {
+        if var.tree != self.shared.view.tag() {
             return Error::ForeignVar {
                 var,
-                tree: self.shared.tag,
+                tree: self.shared.view.tag(),
             };
         }
         let owned = &self.shared.owned;
@@ -380,7 +370,7 @@ impl<'t> WorkerScope<'t> {
             Ok(i) => {
                 let o = &owned[i];
                 Error::WorkerAccess {
-                    name: crate::short::name(self.shared.names.text(o.name)),
+                    name: crate::short::name(self.shared.view.name_text(o.name)),
                     scope: self.path(o.owner),
                     worker: self.path(self.scope),
                     reason: if o.worker as usize == self.index {
@@ -397,8 +387,8 @@ impl<'t> WorkerScope<'t> {
     #[cold]
     fn access_error(&self, slot: &VarSlot, reason: WorkerAccessReason) -> Error {
         Error::WorkerAccess {
-            name: crate::short::name(self.shared.names.text(slot.name)),
-            scope: self.path(slot.owner),
+            name: crate::short::name(self.shared.view.name_text(slot.name())),
+            scope: self.path(slot.owner().unwrap_or_default()),
             worker: self.path(self.scope),
             reason,
         }
@@ -407,34 +397,25 @@ impl<'t> WorkerScope<'t> {
     /// The `T` value of a slot this worker may read, or why it cannot be read.
     #[inline]
     fn read<'s, T: Any>(&self, slot: &'s VarSlot) -> Result<&'s T, Error> {
-        match slot.value.as_deref().map(as_any) {
-            Some(v) => v
-                .downcast_ref::<T>()
-                .ok_or_else(|| self.read_error::<T>(slot)),
-            None => Err(self.read_error::<T>(slot)),
-        }
+        slot.typed::<T>()
+            .map_err(|e| self.value_error::<T>(slot, e))
     }
 
     #[cold]
     #[inline(never)]
-    fn read_error<T: Any>(&self, slot: &VarSlot) -> Error {
-        let name = crate::short::name(self.shared.names.text(slot.name));
-        value_error::<T>(name, self.path(slot.owner), slot)
+    fn value_error<T: Any>(&self, slot: &VarSlot, e: ValueError) -> Error {
+        let name = crate::short::name(self.shared.view.name_text(slot.name()));
+        e.into_error::<T>(name, self.path(slot.owner().unwrap_or_default()))
     }
 
     fn path(&self, key: ScopeKey) -> String {
-        crate::short::path(&path_in(
-            self.shared.scopes,
-            self.shared.up,
-            self.shared.names,
-            key,
-        ))
+        self.shared.view.error_path(key)
     }
 
     /// Position of an own variable for a write; an error naming why not.
     #[inline]
     fn writable(&self, var: VarId) -> Result<usize, Error> {
-        if var.tree == self.shared.tag {
+        if var.tree == self.shared.view.tag() {
             if let Some(i) = self.own_pos(var.key) {
                 return Ok(i);
             }
@@ -466,7 +447,7 @@ impl<'t> WorkerScope<'t> {
     /// ```
     #[inline]
     pub fn get<T: Any>(&self, var: VarId) -> Result<&T, Error> {
-        let slot: &VarSlot = if var.tree != self.shared.tag {
+        let slot: &VarSlot = if var.tree != self.shared.view.tag() {
             return Err(self.missing(var));
         } else if let Some(i) = self.own_pos(var.key) {
             self.own[i].1
@@ -504,7 +485,7 @@ impl<'t> WorkerScope<'t> {
     /// ```
     #[inline]
     pub fn shared<T: Any>(&self, var: VarId) -> Result<&'t T, Error> {
-        let found = if var.tree == self.shared.tag {
+        let found = if var.tree == self.shared.view.tag() {
             self.shared_slot(var.key)
         } else {
             None
@@ -568,13 +549,13 @@ impl<'t> WorkerScope<'t> {
         for (i, &var) in vars.iter().enumerate() {
             let p = self.writable(var)?;
             let slot: &VarSlot = self.own[p].1;
-            if !slot.value.as_deref().is_some_and(|v| as_any(v).is::<T>()) {
-                return Err(self.read_error::<T>(slot));
+            if let Err(e) = slot.typed::<T>() {
+                return Err(self.value_error::<T>(slot, e));
             }
             if pos[..i].contains(&p) {
                 return Err(Error::AliasedVar {
-                    name: crate::short::name(self.shared.names.text(slot.name)),
-                    scope: self.path(slot.owner),
+                    name: crate::short::name(self.shared.view.name_text(slot.name())),
+                    scope: self.path(slot.owner().unwrap_or_default()),
                 });
             }
             pos[i] = p;
@@ -583,16 +564,15 @@ impl<'t> WorkerScope<'t> {
             .own
             .get_disjoint_mut(pos)
             .map_err(|_| Error::StaleVar { var: vars[0] })?;
-        let typed = entries.map(|e| {
-            e.1.value
-                .as_deref_mut()
-                .and_then(|v| as_any_mut(v).downcast_mut::<T>())
-        });
+        let mut typed = entries.map(|e| e.1.typed_mut::<T>().ok());
         if typed.iter().any(Option::is_none) {
             return Err(Error::StaleVar { var: vars[0] });
         }
-        // Every entry was checked to be `Some` just above.
-        Ok(typed.map(|t| t.unwrap_or_else(|| unreachable!("checked above"))))
+        Ok(std::array::from_fn(|i| {
+            typed[i]
+                .take()
+                .unwrap_or_else(|| unreachable!("checked above"))
+        }))
     }
 
     /// Sets the value of an own variable. When it already holds a `T`, the
@@ -615,15 +595,7 @@ impl<'t> WorkerScope<'t> {
     /// ```
     pub fn set<T: Any + Send + Sync>(&mut self, var: VarId, value: T) -> Result<(), Error> {
         let p = self.writable(var)?;
-        let slot = &mut *self.own[p].1;
-        match slot
-            .value
-            .as_deref_mut()
-            .and_then(|v| as_any_mut(v).downcast_mut::<T>())
-        {
-            Some(old) => *old = value,
-            None => slot.value = Some(Box::new(value)),
-        }
+        self.own[p].1.put(value);
         Ok(())
     }
 
@@ -670,7 +642,7 @@ impl<'t> WorkerScope<'t> {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn worker_scopes(&self) -> impl Iterator<Item = ScopeId> + '_ {
-        let tag = self.shared.tag;
+        let tag = self.shared.view.tag();
         self.shared
             .workers
             .iter()

@@ -11,9 +11,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use scopetree::{
-    INLINE_VARS, Resolver, ScopeId, ScopeTree, Symbol, VarId, scope_slot_bytes, var_slot_bytes,
-};
+use scopetree::diagnostics::{INLINE_VARS, scope_slot_bytes, var_slot_bytes};
+use scopetree::{Resolver, ScopeId, ScopeTree, Symbol, VarId};
 
 struct Counting;
 

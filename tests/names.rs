@@ -70,7 +70,10 @@ fn a_one_mebibyte_name_works_everywhere() {
     // messages stay short whatever the input); the dump holds it whole.
     let e = tree.create_var(root, &long).unwrap_err();
     let cut = format!("{}… ({MIB} bytes)", "w".repeat(64));
-    assert!(matches!(&e, Error::NameTaken { name, .. } if *name == cut), "{e:?}");
+    assert!(
+        matches!(&e, Error::NameTaken { name, .. } if *name == cut),
+        "{e:?}"
+    );
     assert!(e.to_string().len() < 1024);
     let dump = tree.dump(root).unwrap().to_string();
     assert!(dump.len() > 4 * MIB);

@@ -183,8 +183,8 @@ fn million_variables_memory_returns() {
          (heap_bytes says {heap}); all returned on drop; slots {} B (scope), {} B (variable)",
         built as f64 / VARS as f64,
         after_first - start,
-        scopetree::scope_slot_bytes(),
-        scopetree::var_slot_bytes(),
+        scopetree::diagnostics::scope_slot_bytes(),
+        scopetree::diagnostics::var_slot_bytes(),
     );
 }
 

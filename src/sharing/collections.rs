@@ -1,8 +1,8 @@
 //! Collections: named lists of variables in creation order (TensorFlow's
 //! graph collections), and listing them under a scope.
 
+use crate::arena::{ScopeKey, VarId, VarKey};
 use crate::error::Error;
-use crate::handle::{ScopeKey, VarId, VarKey};
 use crate::sharing::scope::VarScope;
 use crate::sharing::store::{VariableStore, split_path};
 

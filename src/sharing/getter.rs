@@ -6,8 +6,8 @@ use std::any::{Any, TypeId, type_name};
 use std::fmt;
 use std::sync::Arc;
 
+use crate::arena::{ScopeId, VarId};
 use crate::error::Error;
-use crate::handle::{ScopeId, VarId};
 use crate::sharing::collections::{GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES};
 use crate::sharing::init::{ErasedInit, InitKind, Initializer};
 use crate::sharing::scope::{Reuse, VarScope};

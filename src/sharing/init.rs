@@ -6,8 +6,8 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::arena::Payload;
 use crate::sharing::shape::{HasShape, Shape};
-use crate::value::Payload;
 
 /// The three kinds of TensorFlow 1 initializer the port keeps.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

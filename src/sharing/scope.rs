@@ -5,7 +5,7 @@ use std::any::TypeId;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::handle::ScopeId;
+use crate::arena::ScopeId;
 use crate::sharing::getter::CustomGetter;
 use crate::sharing::init::{AnyInit, Initializer};
 

@@ -8,8 +8,8 @@ use std::fmt;
 use slotmap::SecondaryMap;
 use smallvec::SmallVec;
 
+use crate::arena::{ScopeId, ScopeKey, VarId, VarKey};
 use crate::error::{Error, InvalidNameReason};
-use crate::handle::{ScopeId, ScopeKey, VarId, VarKey};
 use crate::names::validate_name;
 use crate::sharing::collections::Collection;
 use crate::sharing::scope::{Reuse, ScopeOpts, VarScope};

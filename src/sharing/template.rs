@@ -3,8 +3,8 @@
 
 use std::fmt;
 
+use crate::arena::VarId;
 use crate::error::Error;
-use crate::handle::VarId;
 use crate::names::validate_name;
 use crate::sharing::collections::{GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES};
 use crate::sharing::getter::CustomGetter;

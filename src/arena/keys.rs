@@ -1,4 +1,5 @@
-//! Typed handles: [`ScopeId`], [`VarId`] and the tag that ties them to their tree.
+//! Typed handles: [`ScopeId`], [`VarId`], [`Symbol`] and the tag that ties
+//! them to their tree; the arena keys inside them and how a key is read.
 //!
 //! A handle is a slotmap key (slot index and version) plus the [`TreeTag`] of
 //! the [`ScopeTree`](crate::ScopeTree) that issued it. The version makes a
@@ -73,16 +74,37 @@ fn fmt_key(k: KeyData, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     write!(f, "{}", SlotLabel(k))
 }
 
-/// The slot-index half of a slotmap key (its low 32 bits).
+/// The slot-index half of a slotmap key.
+///
+/// slotmap documents `KeyData::as_ffi` as carrying no guarantee beyond a
+/// round trip through `from_ffi`; slotmap 1.x packs `version << 32 | index`.
+/// The arena's dense side arrays (`up`, `sigs`), the named-kid index and slot
+/// retirement rest on that packing, so it is read only here and in
+/// [`key_version`], and the test `slotmap_key_layout_is_index_and_version`
+/// fails loudly if a slotmap release changes it (the dependency is pinned to
+/// 1.x in `Cargo.toml` and `Cargo.lock`).
 #[inline]
 pub(crate) fn key_index(k: KeyData) -> u32 {
     k.as_ffi() as u32
 }
 
-/// The version half of a slotmap key (its high 32 bits).
+/// The version half of a slotmap key (see [`key_index`]).
 #[inline]
 pub(crate) fn key_version(k: KeyData) -> u32 {
     (k.as_ffi() >> 32) as u32
+}
+
+/// The slot index of a scope key, as an index into the dense side arrays.
+#[inline]
+pub(crate) fn slot_index(key: ScopeKey) -> usize {
+    key_index(key.data()) as usize
+}
+
+/// Whether a slot holding `key` has reached the last version slotmap can
+/// give it: freeing it would let the version wrap, so it is retired instead.
+#[inline]
+pub(crate) fn at_last_version(key: impl Key) -> bool {
+    key_version(key.data()) == u32::MAX
 }
 
 /// A handle to a scope of a [`ScopeTree`](crate::ScopeTree).
@@ -179,9 +201,80 @@ impl fmt::Debug for VarId {
     }
 }
 
+/// An interned name of one [`ScopeTree`](crate::ScopeTree).
+///
+/// Get one with [`ScopeTree::intern`](crate::ScopeTree::intern) and pass it
+/// wherever a name is accepted to skip hashing the string. A symbol carries the
+/// tag of its tree: using it with another tree returns
+/// [`Error::ForeignSymbol`](crate::Error::ForeignSymbol). A symbol from
+/// [`ScopeTree::symbol`](crate::ScopeTree::symbol) of a name that was later
+/// freed returns [`Error::StaleSymbol`](crate::Error::StaleSymbol); one from
+/// `intern` never goes stale.
+///
+/// ```
+/// use scopetree::ScopeTree;
+/// let mut tree = ScopeTree::new();
+/// let w = tree.intern("w")?;
+/// let id = tree.var(tree.root(), w)?;
+/// assert_eq!(tree.find_var(tree.root(), w)?, Some(id));
+/// assert_eq!(tree.resolve(w)?, "w");
+/// # Ok::<(), scopetree::Error>(())
+/// ```
+#[derive(Copy, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct Symbol {
+    pub(crate) idx: u32,
+    pub(crate) generation: u32,
+    pub(crate) tree: TreeTag,
+}
+
+impl Symbol {
+    /// The symbol's index in its tree's interner (dense, from 0; the index of
+    /// a freed name is reused by a later one, under a new generation). O(1).
+    ///
+    /// ```
+    /// use scopetree::ScopeTree;
+    /// let mut tree = ScopeTree::new();
+    /// let a = tree.intern("a")?;
+    /// let b = tree.intern("b")?;
+    /// assert_ne!(a.index(), b.index());
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn index(self) -> u32 {
+        self.idx
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The arena reads slot indexes and versions out of slotmap keys (see
+    /// [`key_index`]). This pins the layout it relies on: indexes are dense
+    /// from 1 (slot 0 is slotmap's sentinel), a live key has an odd version,
+    /// a freed-and-reused slot keeps its index with the version 2 higher, and
+    /// `as_ffi` packs `version << 32 | index`. If a slotmap release changes
+    /// any of this, this test fails before anything else can go wrong.
+    #[test]
+    fn slotmap_key_layout_is_index_and_version() {
+        let mut map: slotmap::SlotMap<ScopeKey, ()> = slotmap::SlotMap::with_key();
+        let a = map.insert(());
+        let b = map.insert(());
+        assert_eq!((slot_index(a), slot_index(b)), (1, 2));
+        assert_eq!(key_version(a.data()), 1);
+        map.remove(a);
+        let c = map.insert(());
+        assert_eq!(slot_index(c), 1, "the freed slot is reused");
+        assert_eq!(key_version(c.data()), 3);
+        assert_eq!(
+            c.data().as_ffi(),
+            (u64::from(key_version(c.data())) << 32) | 1
+        );
+        let back = ScopeKey::from(KeyData::from_ffi((3u64 << 32) | 1));
+        assert_eq!(back, c);
+        assert!(!at_last_version(c));
+        let last = ScopeKey::from(KeyData::from_ffi((u64::from(u32::MAX) << 32) | 1));
+        assert!(at_last_version(last));
+    }
 
     #[test]
     fn handles_are_small_and_option_is_free() {

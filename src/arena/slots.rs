@@ -1,0 +1,345 @@
+//! What the arena stores: scope slots with their variable tables, and
+//! variable slots with their values. Each slot state is a type here, and the
+//! arena (`super`) is the only writer of the fields that tie slots together.
+
+use std::any::{Any, type_name};
+use std::mem;
+
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+
+use super::keys::{ScopeKey, VarKey};
+use crate::layer_api::Sym;
+
+/// How many variables a scope holds inline, before its table moves to the heap.
+pub(crate) const INLINE_VARS: usize = 4;
+
+/// Past this many local variables a scope also keeps a hash index.
+pub(crate) const INDEX_THRESHOLD: usize = 16;
+
+/// A value a variable can hold: any `Send + Sync + 'static` type. Blanket
+/// implemented; it only adds the type's name, for messages and dumps.
+pub(crate) trait Payload: Any + Send + Sync {
+    fn type_name(&self) -> &'static str;
+}
+
+impl<T: Any + Send + Sync> Payload for T {
+    fn type_name(&self) -> &'static str {
+        type_name::<T>()
+    }
+}
+
+/// One local variable of a scope: its interned name and its slot.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Entry {
+    pub(crate) sym: Sym,
+    pub(crate) var: VarKey,
+}
+
+/// The bit a symbol sets in a scope's name signature.
+#[inline]
+pub(crate) fn sig_bit(sym: Sym) -> u64 {
+    1u64 << (sym & 63)
+}
+
+/// A scope's local variables, in creation order.
+///
+/// Up to [`INLINE_VARS`] entries live inline in the scope slot; past
+/// [`INDEX_THRESHOLD`] a hash index from symbol to position is kept
+/// alongside, so a local lookup is O(1) in a wide scope and a short scan in a
+/// small one.
+///
+/// Removing from an indexed table leaves a hole (`None`) instead of shifting
+/// the entries after it; the holes are squeezed out, in one pass that keeps
+/// the order, once they outnumber the live entries. Removal and rename are
+/// therefore O(1) amortised at any width, and listings keep creation order.
+/// A table without an index never holds a hole: it is short, so a removal
+/// shifts at most [`INDEX_THRESHOLD`] entries.
+#[derive(Default)]
+pub(crate) struct VarTable {
+    entries: SmallVec<[Option<Entry>; INLINE_VARS]>,
+    /// Symbol to position in `entries`, past [`INDEX_THRESHOLD`] entries; it
+    /// holds one key per live entry, so its length is the table's.
+    index: Option<Box<FxHashMap<Sym, usize>>>,
+}
+
+impl VarTable {
+    /// The variable named `sym`. O(1).
+    #[inline]
+    pub(crate) fn find(&self, sym: Sym) -> Option<VarKey> {
+        self.entry(self.position(sym)?).map(|e| e.var)
+    }
+
+    /// The entry at `pos`, if it is not a hole.
+    #[inline]
+    pub(crate) fn entry(&self, pos: usize) -> Option<Entry> {
+        self.entries.get(pos).copied().flatten()
+    }
+
+    /// The position of `sym` in the table. O(1).
+    #[inline]
+    pub(crate) fn position(&self, sym: Sym) -> Option<usize> {
+        match &self.index {
+            Some(ix) => ix.get(&sym).copied(),
+            None => self
+                .entries
+                .iter()
+                .position(|e| e.is_some_and(|e| e.sym == sym)),
+        }
+    }
+
+    /// How many variables the table holds. O(1).
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.index
+            .as_ref()
+            .map_or(self.entries.len(), |ix| ix.len())
+    }
+
+    /// The entries and holes in creation order (for iterators that keep
+    /// their own count of live entries).
+    pub(crate) fn slots(&self) -> &[Option<Entry>] {
+        &self.entries
+    }
+
+    /// The entries in creation order.
+    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = Entry> + Clone + '_ {
+        self.entries.iter().filter_map(|e| *e)
+    }
+
+    /// Appends an entry, taking a spare heap buffer when the inline space is
+    /// full so that steady-state churn does not allocate.
+    pub(super) fn push(&mut self, e: Entry, spares: &mut Vec<Vec<Option<Entry>>>) {
+        if !self.entries.spilled() && self.entries.len() == INLINE_VARS {
+            if let Some(mut buf) = spares.pop() {
+                buf.extend(self.entries.drain(..));
+                self.entries = SmallVec::from_vec(buf);
+            }
+        }
+        self.entries.push(Some(e));
+        let pos = self.entries.len() - 1;
+        if let Some(ix) = &mut self.index {
+            ix.insert(e.sym, pos);
+        } else if self.entries.len() > INDEX_THRESHOLD {
+            self.reindex();
+        }
+    }
+
+    /// Removes `sym`'s entry, keeping the order of the others. O(1)
+    /// amortised.
+    pub(super) fn remove(&mut self, sym: Sym) -> Option<Entry> {
+        let pos = self.position(sym)?;
+        let e = match &mut self.index {
+            None => self.entries.remove(pos)?,
+            Some(ix) => {
+                ix.remove(&sym);
+                self.entries.get_mut(pos)?.take()?
+            }
+        };
+        let live = self.len();
+        if self.entries.len() - live > live.max(INDEX_THRESHOLD) {
+            self.entries.retain(|e| e.is_some());
+            self.reindex();
+        }
+        Some(e)
+    }
+
+    /// Removes every entry whose symbol `pred` accepts, in one pass, and
+    /// returns them in order. O(entries).
+    pub(super) fn remove_where(&mut self, mut pred: impl FnMut(Sym) -> bool) -> Vec<Entry> {
+        let mut out = Vec::new();
+        self.entries.retain(|e| match e {
+            Some(x) if pred(x.sym) => {
+                out.push(*x);
+                false
+            }
+            Some(_) => true,
+            None => false,
+        });
+        if self.index.is_some() {
+            self.reindex();
+        }
+        out
+    }
+
+    /// Renames the entry at `pos` in place. O(1).
+    pub(super) fn rename_at(&mut self, pos: usize, sym: Sym) {
+        let Some(Some(e)) = self.entries.get_mut(pos) else {
+            return;
+        };
+        if let Some(ix) = &mut self.index {
+            ix.remove(&e.sym);
+            ix.insert(sym, pos);
+        }
+        e.sym = sym;
+    }
+
+    /// Rebuilds the index from the entries, or drops it once the table is
+    /// short and has no hole. O(entries).
+    fn reindex(&mut self) {
+        if self.entries.len() <= INDEX_THRESHOLD && self.entries.iter().all(Option::is_some) {
+            self.index = None;
+            return;
+        }
+        let ix = self.index.get_or_insert_with(Default::default);
+        ix.clear();
+        for (pos, e) in self.entries.iter().enumerate() {
+            if let Some(e) = e {
+                ix.insert(e.sym, pos);
+            }
+        }
+    }
+
+    /// Empties the table, handing back its buffer.
+    pub(super) fn take_entries(&mut self) -> SmallVec<[Option<Entry>; INLINE_VARS]> {
+        self.index = None;
+        mem::take(&mut self.entries)
+    }
+
+    /// Heap bytes of the spilled buffer and the index.
+    pub(super) fn heap_bytes(&self) -> usize {
+        let spilled = if self.entries.spilled() {
+            self.entries.capacity() * mem::size_of::<Option<Entry>>()
+        } else {
+            0
+        };
+        let index = self.index.as_ref().map_or(0, |ix| {
+            mem::size_of::<FxHashMap<Sym, usize>>() + hash_table_bytes::<Sym, usize>(ix.capacity())
+        });
+        spilled + index
+    }
+
+    /// The name signature of the current entries.
+    pub(super) fn signature(&self) -> u64 {
+        self.iter().fold(0, |s, e| s | sig_bit(e.sym))
+    }
+}
+
+/// The name of a scope: a symbol, or none (unnamed scopes and the root).
+/// Four bytes, so that a scope slot stays within its budget.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(crate) struct ScopeName(u32);
+
+impl ScopeName {
+    pub(crate) const NONE: ScopeName = ScopeName(u32::MAX);
+
+    pub(crate) fn new(sym: Option<Sym>) -> Self {
+        sym.map_or(Self::NONE, ScopeName)
+    }
+
+    #[inline]
+    pub(crate) fn get(self) -> Option<Sym> {
+        (self != Self::NONE).then_some(self.0)
+    }
+}
+
+/// Whether a scope slot is live, and at which depth, or retired (its
+/// version reached the end and the slot is never reused; see
+/// `Arena::free_scope`). Four bytes: the depth of a live scope is below
+/// `u32::MAX`.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub(crate) struct ScopeState(u32);
+
+impl ScopeState {
+    pub(crate) const RETIRED: ScopeState = ScopeState(u32::MAX);
+
+    /// A live scope at `depth` (capped one below the retired marker: a tree
+    /// 2^32 − 1 deep would not fit in memory anyway).
+    pub(crate) fn live(depth: u32) -> Self {
+        ScopeState(depth.min(u32::MAX - 1))
+    }
+
+    #[inline]
+    pub(crate) fn depth(self) -> Option<u32> {
+        (self != Self::RETIRED).then_some(self.0)
+    }
+}
+
+/// A scope in the arena.
+///
+/// The two fields a lookup reads at every level, the parent and the name
+/// signature, are not here: they live in the arena's dense `up` and `sigs`
+/// arrays, indexed by slot index, so that a walk up the tree is one 8-byte
+/// load per level. `repr(C)` keeps the table, which a lookup reads when a
+/// signature matches, at the front of the slot.
+#[repr(C)]
+pub(crate) struct ScopeSlot {
+    pub(super) vars: VarTable,
+    pub(super) first_kid: ScopeKey,
+    pub(super) last_kid: ScopeKey,
+    pub(super) prev_sib: ScopeKey,
+    pub(super) next_sib: ScopeKey,
+    pub(super) name: ScopeName,
+    pub(super) state: ScopeState,
+}
+
+impl ScopeSlot {
+    pub(super) fn new(name: ScopeName, state: ScopeState) -> Self {
+        ScopeSlot {
+            vars: VarTable::default(),
+            first_kid: ScopeKey::default(),
+            last_kid: ScopeKey::default(),
+            prev_sib: ScopeKey::default(),
+            next_sib: ScopeKey::default(),
+            name,
+            state,
+        }
+    }
+
+    /// The scope's local variables.
+    #[inline]
+    pub(crate) fn vars(&self) -> &VarTable {
+        &self.vars
+    }
+
+    /// The scope's name, if it has one.
+    #[inline]
+    pub(crate) fn name(&self) -> Option<Sym> {
+        self.name.get()
+    }
+
+    /// The scope's depth (the root is 0); `None` for a retired slot.
+    #[inline]
+    pub(crate) fn depth(&self) -> Option<u32> {
+        self.state.depth()
+    }
+
+    #[inline]
+    pub(super) fn is_retired(&self) -> bool {
+        self.state == ScopeState::RETIRED
+    }
+}
+
+/// A variable in the arena. A retired slot has no owner.
+pub(crate) struct VarSlot {
+    /// The value; any layer may read and write it through the arena's typed
+    /// access (`value.rs`), which never touches the structural fields.
+    pub(crate) value: Option<Box<dyn Payload>>,
+    pub(super) owner: Option<ScopeKey>,
+    pub(super) name: Sym,
+}
+
+impl VarSlot {
+    /// The scope holding the variable; `None` for a retired slot.
+    #[inline]
+    pub(crate) fn owner(&self) -> Option<ScopeKey> {
+        self.owner
+    }
+
+    /// The variable's name.
+    #[inline]
+    pub(crate) fn name(&self) -> Sym {
+        self.name
+    }
+
+    #[inline]
+    pub(super) fn is_retired(&self) -> bool {
+        self.owner.is_none()
+    }
+}
+
+/// Approximate heap bytes of a `HashMap<K, V>` of capacity `cap` (hashbrown:
+/// one entry and one control byte per bucket).
+pub(crate) fn hash_table_bytes<K, V>(cap: usize) -> usize {
+    cap * (mem::size_of::<(K, V)>() + 1)
+}
