@@ -72,13 +72,13 @@ mod workers;
 
 pub use arena::{ScopeId, Symbol, TreeTag, VarId};
 pub use dump::{Dot, Dump};
-pub use error::{Error, InvalidNameReason, WorkerAccessReason, short_type_name};
+pub use error::{Error, InvalidNameReason, short_type_name};
 pub use names::{Name, NameRef, SEPARATOR, validate_name};
 pub use resolver::Resolver;
-pub use step::{StepScopes, StepVar};
+pub use step::{StepError, StepScopes, StepVar};
 pub use traverse::{Ancestors, Descendants, Kids, LocalVars};
 pub use tree::ScopeTree;
-pub use workers::WorkerScope;
+pub use workers::{WorkerAccessReason, WorkerError, WorkerScope};
 
 /// `Result` with this crate's [`Error`].
 ///

@@ -7,11 +7,11 @@ use std::num::NonZeroUsize;
 use scopetree::sharing::{
     Initializer, Reuse, ScopeOpts, Template, VarScope, VarSpec, VariableStore,
 };
-use scopetree::{Error, ScopeTree, StepScopes, WorkerAccessReason};
+use scopetree::{Error, ScopeTree, StepError, StepScopes, WorkerAccessReason, WorkerError};
 
 /// Asserts that `msg` contains every one of `parts`.
 #[track_caller]
-fn says(err: &Error, parts: &[&str]) {
+fn says(err: &impl std::fmt::Display, parts: &[&str]) {
     let msg = err.to_string();
     for p in parts {
         assert!(msg.contains(p), "message {msg:?} lacks {p:?}");
@@ -354,7 +354,8 @@ fn split_fixture() -> Result<(ScopeTree, [scopetree::VarId; 3], [scopetree::Scop
 }
 
 #[test]
-fn worker_access_read_only_names_the_shared_variable_and_when_to_write_it() -> Result<(), Error> {
+fn worker_access_read_only_names_the_shared_variable_and_when_to_write_it()
+-> Result<(), WorkerError> {
     let (mut tree, [w, ..], workers) = split_fixture()?;
     let mut ws = tree.split_workers(&workers)?;
     let errs = [
@@ -364,7 +365,7 @@ fn worker_access_read_only_names_the_shared_variable_and_when_to_write_it() -> R
     ];
     for err in errs {
         assert!(
-            matches!(&err, Error::WorkerAccess { reason: WorkerAccessReason::ReadOnly, name, scope, .. }
+            matches!(&err, WorkerError::WorkerAccess { reason: WorkerAccessReason::ReadOnly, name, scope, .. }
             if name == "W" && scope.is_empty())
         );
         says(
@@ -380,12 +381,12 @@ fn worker_access_read_only_names_the_shared_variable_and_when_to_write_it() -> R
 }
 
 #[test]
-fn worker_access_other_worker_names_both_scopes() -> Result<(), Error> {
+fn worker_access_other_worker_names_both_scopes() -> Result<(), WorkerError> {
     let (mut tree, [_, xa, xb], workers) = split_fixture()?;
     let mut ws = tree.split_workers(&workers)?;
     let err = ws[1].get::<f32>(xa).unwrap_err();
     assert!(
-        matches!(&err, Error::WorkerAccess { reason: WorkerAccessReason::OtherWorker, name, scope, worker }
+        matches!(&err, WorkerError::WorkerAccess { reason: WorkerAccessReason::OtherWorker, name, scope, worker }
         if name == "h" && scope == "w0/step" && worker == "w1")
     );
     says(
@@ -406,12 +407,12 @@ fn worker_access_other_worker_names_both_scopes() -> Result<(), Error> {
 }
 
 #[test]
-fn worker_access_not_shared_suggests_get_or_get_disjoint_mut() -> Result<(), Error> {
+fn worker_access_not_shared_suggests_get_or_get_disjoint_mut() -> Result<(), WorkerError> {
     let (mut tree, [_, xa, _], workers) = split_fixture()?;
     let ws = tree.split_workers(&workers)?;
     let err = ws[0].shared::<f32>(xa).unwrap_err();
     assert!(
-        matches!(&err, Error::WorkerAccess { reason: WorkerAccessReason::NotShared, name, scope, worker }
+        matches!(&err, WorkerError::WorkerAccess { reason: WorkerAccessReason::NotShared, name, scope, worker }
         if name == "h" && scope == "w0/step" && worker == "w0")
     );
     says(
@@ -429,7 +430,7 @@ fn worker_access_not_shared_suggests_get_or_get_disjoint_mut() -> Result<(), Err
 }
 
 #[test]
-fn overlapping_workers_names_both_scopes_in_every_arrangement() -> Result<(), Error> {
+fn overlapping_workers_names_both_scopes_in_every_arrangement() -> Result<(), WorkerError> {
     let (mut tree, _, [a, b]) = split_fixture()?;
     let inner = tree.kid(a, "step")?.ok_or(Error::RootScope)?;
     let root = tree.root();
@@ -443,7 +444,7 @@ fn overlapping_workers_names_both_scopes_in_every_arrangement() -> Result<(), Er
     for (scopes, (p, q)) in cases {
         let err = tree.split_workers(&scopes).unwrap_err();
         assert!(
-            matches!(&err, Error::OverlappingWorkers { scope, other } if scope == p && other == q),
+            matches!(&err, WorkerError::OverlappingWorkers { scope, other } if scope == p && other == q),
             "{scopes:?}: {err:?}"
         );
         let show = |s: &str| {
@@ -456,13 +457,13 @@ fn overlapping_workers_names_both_scopes_in_every_arrangement() -> Result<(), Er
         says(&err, &[&show(p), &show(q), "overlap", "disjoint subtree"]);
         // run_workers refuses the same split before running anything.
         let ran = tree.run_workers(&scopes, |_| -> () { panic!("must not run") });
-        assert!(matches!(ran, Err(Error::OverlappingWorkers { .. })));
+        assert!(matches!(ran, Err(WorkerError::OverlappingWorkers { .. })));
     }
     Ok(())
 }
 
 #[test]
-fn no_such_step_names_the_step_the_live_range_and_the_parent() -> Result<(), Error> {
+fn no_such_step_names_the_step_the_live_range_and_the_parent() -> Result<(), StepError> {
     let mut tree = ScopeTree::new();
     let rnn = tree.new_named_scope(tree.root(), "rnn")?;
     let mut steps =
@@ -470,7 +471,7 @@ fn no_such_step_names_the_step_the_live_range_and_the_parent() -> Result<(), Err
     let h = steps.declare(&mut tree, "h")?;
     let err = steps.var(h, 0).unwrap_err();
     assert!(
-        matches!(&err, Error::NoSuchStep { step: 0, first: 0, end: 0, scope } if scope == "rnn")
+        matches!(&err, StepError::NoSuchStep { step: 0, first: 0, end: 0, scope } if scope == "rnn")
     );
     says(&err, &["step 0", "`rnn`", "0..0", "`push` it first"]);
     for _ in 0..5 {
@@ -479,7 +480,7 @@ fn no_such_step_names_the_step_the_live_range_and_the_parent() -> Result<(), Err
     let err = steps.scope(2).unwrap_err();
     assert!(matches!(
         &err,
-        Error::NoSuchStep {
+        StepError::NoSuchStep {
             step: 2,
             first: 3,
             end: 5,
@@ -494,7 +495,7 @@ fn no_such_step_names_the_step_the_live_range_and_the_parent() -> Result<(), Err
 }
 
 #[test]
-fn foreign_step_var_names_the_step_scopes_it_was_used_with() -> Result<(), Error> {
+fn foreign_step_var_names_the_step_scopes_it_was_used_with() -> Result<(), StepError> {
     let mut tree = ScopeTree::new();
     let (p, q) = (
         tree.new_named_scope(tree.root(), "enc")?,
@@ -506,7 +507,7 @@ fn foreign_step_var_names_the_step_scopes_it_was_used_with() -> Result<(), Error
     dec.declare(&mut tree, "h")?;
     dec.push(&mut tree)?;
     let err = dec.var(h_enc, 0).unwrap_err();
-    assert!(matches!(&err, Error::ForeignStepVar { scope, .. } if scope == "dec"));
+    assert!(matches!(&err, StepError::ForeignStepVar { scope, .. } if scope == "dec"));
     // `var` has no tree to spell the name with, so the column stands in for it.
     says(
         &err,

@@ -9,7 +9,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use scopetree::{Error, ScopeTree, StepScopes, StepVar};
+use scopetree::{ScopeTree, StepError as Error, StepScopes, StepVar};
 
 struct Counting;
 

@@ -16,7 +16,32 @@ use std::collections::HashSet;
 use std::num::NonZeroUsize;
 
 use proptest::prelude::*;
-use scopetree::{Error, ScopeId, ScopeTree, StepScopes, StepVar, VarId};
+use scopetree::{Error, ScopeId, ScopeTree, StepError, StepScopes, StepVar, VarId};
+
+/// The core error inside a tree result or a step-layer result.
+trait Core {
+    fn core(&self) -> Option<&Error>;
+}
+
+impl Core for Error {
+    fn core(&self) -> Option<&Error> {
+        Some(self)
+    }
+}
+
+impl Core for StepError {
+    fn core(&self) -> Option<&Error> {
+        match self {
+            StepError::Tree(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// The core error of a result, if it failed with one.
+fn core_err<T, E: Core>(r: &Result<T, E>) -> Option<&Error> {
+    r.as_ref().err().and_then(Core::core)
+}
 
 /// Declared and extra names; the last two are invalid.
 const NAMES: [&str; 6] = ["h", "c", "x", "y", "", "a/b"];
@@ -176,9 +201,9 @@ struct World {
     dead_scopes: HashSet<ScopeId>,
 }
 
-fn no_such_step(r: Result<impl std::fmt::Debug, Error>, t: usize, first: usize, end: usize) {
+fn no_such_step(r: Result<impl std::fmt::Debug, StepError>, t: usize, first: usize, end: usize) {
     match r {
-        Err(Error::NoSuchStep {
+        Err(StepError::NoSuchStep {
             step,
             first: f,
             end: e,
@@ -188,15 +213,15 @@ fn no_such_step(r: Result<impl std::fmt::Debug, Error>, t: usize, first: usize, 
     }
 }
 
-fn stale_scope<T: std::fmt::Debug>(r: Result<T, Error>) {
+fn stale_scope<T: std::fmt::Debug, E: Core + std::fmt::Debug>(r: Result<T, E>) {
     assert!(
-        matches!(r, Err(Error::StaleScope { .. })),
+        matches!(core_err(&r), Some(Error::StaleScope { .. })),
         "expected StaleScope, got {r:?}"
     );
 }
 
 impl World {
-    fn new() -> Result<Self, Error> {
+    fn new() -> Result<Self, StepError> {
         let mut tree = ScopeTree::new();
         let root = tree.root();
         let a = tree.new_named_scope(root, "a")?;
@@ -214,7 +239,7 @@ impl World {
         Ok(w)
     }
 
-    fn new_inst(&mut self, p: usize, window: usize) -> Result<(), Error> {
+    fn new_inst(&mut self, p: usize, window: usize) -> Result<(), StepError> {
         let parent = self.parents[p];
         let made = match window {
             0 => StepScopes::new(&self.tree, parent),
@@ -302,7 +327,7 @@ impl World {
         }
     }
 
-    fn apply(&mut self, op: &Op) -> Result<(), Error> {
+    fn apply(&mut self, op: &Op) -> Result<(), StepError> {
         let n = self.insts.len();
         let pick = |i: usize| (n > 0).then(|| i % n);
         match *op {
@@ -316,7 +341,10 @@ impl World {
                 if !alive {
                     stale_scope(r);
                 } else if NAMES[name].is_empty() || NAMES[name].contains('/') {
-                    assert!(matches!(r, Err(Error::InvalidName { .. })), "{r:?}");
+                    assert!(
+                        matches!(core_err(&r), Some(Error::InvalidName { .. })),
+                        "{r:?}"
+                    );
                 } else if let Some(c) = inst.cols.iter().position(|n| n == NAMES[name]) {
                     assert_eq!(r?, inst.svs[c]);
                 } else if let Some(b) = inst.slots.iter().position(|s| s.broken) {
@@ -541,7 +569,7 @@ impl World {
                     return Ok(());
                 }
                 if NAMES[name].is_empty() || NAMES[name].contains('/') {
-                    assert!(matches!(r, Err(Error::InvalidName { .. })));
+                    assert!(matches!(core_err(&r), Some(Error::InvalidName { .. })));
                     return Ok(());
                 }
                 let v = r?;
@@ -636,7 +664,7 @@ impl World {
                 };
                 let inst = &self.insts[i];
                 let r = inst.steps.var(sv, inst.t_of(back));
-                assert!(matches!(r, Err(Error::ForeignStepVar { .. })), "{r:?}");
+                assert!(matches!(r, Err(StepError::ForeignStepVar { .. })), "{r:?}");
             }
             Op::Foreign { i, which } => {
                 let Some(i) = pick(i) else { return Ok(()) };
@@ -649,7 +677,10 @@ impl World {
                     3 => steps.drop_all(other),
                     _ => StepScopes::new(other, self.parents[0]).map(|_| ()),
                 };
-                assert!(matches!(r, Err(Error::ForeignScope { .. })), "{r:?}");
+                assert!(
+                    matches!(core_err(&r), Some(Error::ForeignScope { .. })),
+                    "{r:?}"
+                );
             }
         }
         Ok(())
@@ -664,7 +695,7 @@ impl World {
         back: usize,
         col: usize,
         f: impl FnOnce(&mut ScopeTree, VarId, &mut State) -> Result<bool, Error>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), StepError> {
         let World {
             tree,
             insts,
@@ -701,7 +732,7 @@ impl World {
         Ok(())
     }
 
-    fn check(&self) -> Result<(), Error> {
+    fn check(&self) -> Result<(), StepError> {
         let t = &self.tree;
         let mut scopes = 1 + self.parent_alive[1..].iter().filter(|&&a| a).count();
         let mut vars = 0;
@@ -786,7 +817,7 @@ proptest! {
 /// no longer existed, so the new step's scope and variables were stale from
 /// the start.
 #[test]
-fn push_replaces_a_parked_scope_deleted_behind_its_back() -> Result<(), Error> {
+fn push_replaces_a_parked_scope_deleted_behind_its_back() -> Result<(), StepError> {
     let mut tree = ScopeTree::new();
     let root = tree.root();
     let mut steps = StepScopes::new(&tree, root)?;

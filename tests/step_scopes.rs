@@ -3,10 +3,10 @@
 
 use std::num::NonZeroUsize;
 
-use scopetree::{Error, ScopeTree, StepScopes};
+use scopetree::{Error, ScopeTree, StepError, StepScopes};
 
 #[test]
-fn step_t_reads_step_t_minus_1_and_the_parameters() -> Result<(), Error> {
+fn step_t_reads_step_t_minus_1_and_the_parameters() -> Result<(), StepError> {
     let mut tree = ScopeTree::new();
     let root = tree.root();
     let w = tree.var(root, "W")?;
@@ -34,7 +34,7 @@ fn step_t_reads_step_t_minus_1_and_the_parameters() -> Result<(), Error> {
 }
 
 #[test]
-fn recycled_handles_are_stale_and_never_alias_the_new_step() -> Result<(), Error> {
+fn recycled_handles_are_stale_and_never_alias_the_new_step() -> Result<(), StepError> {
     let mut tree = ScopeTree::new();
     let mut steps = StepScopes::new(&tree, tree.root())?;
     let h = steps.declare(&mut tree, "h")?;
@@ -61,7 +61,7 @@ fn recycled_handles_are_stale_and_never_alias_the_new_step() -> Result<(), Error
 }
 
 #[test]
-fn recycling_moves_each_value_to_the_same_step_of_the_next_sequence() -> Result<(), Error> {
+fn recycling_moves_each_value_to_the_same_step_of_the_next_sequence() -> Result<(), StepError> {
     let mut tree = ScopeTree::new();
     let mut steps = StepScopes::new(&tree, tree.root())?;
     let h = steps.declare(&mut tree, "h")?;
@@ -84,7 +84,7 @@ fn recycling_moves_each_value_to_the_same_step_of_the_next_sequence() -> Result<
 }
 
 #[test]
-fn ping_pong_keeps_two_steps_and_stales_the_older_ones() -> Result<(), Error> {
+fn ping_pong_keeps_two_steps_and_stales_the_older_ones() -> Result<(), StepError> {
     let mut tree = ScopeTree::new();
     let mut steps = StepScopes::ping_pong(&tree, tree.root())?;
     let h = steps.declare(&mut tree, "h")?;
@@ -105,7 +105,10 @@ fn ping_pong_keeps_two_steps_and_stales_the_older_ones() -> Result<(), Error> {
                 tree.get::<u64>(seen[t - 2]),
                 Err(Error::StaleVar { .. })
             ));
-            assert!(matches!(steps.var(h, t - 2), Err(Error::NoSuchStep { .. })));
+            assert!(matches!(
+                steps.var(h, t - 2),
+                Err(StepError::NoSuchStep { .. })
+            ));
         }
     }
     assert_eq!(*tree.get::<u64>(steps.var(h, 49)?)?, 50);
@@ -114,9 +117,9 @@ fn ping_pong_keeps_two_steps_and_stales_the_older_ones() -> Result<(), Error> {
 }
 
 #[test]
-fn a_window_keeps_the_last_steps() -> Result<(), Error> {
+fn a_window_keeps_the_last_steps() -> Result<(), StepError> {
     let mut tree = ScopeTree::new();
-    let w = NonZeroUsize::new(3).ok_or(Error::RootScope)?;
+    let w = NonZeroUsize::new(3).ok_or(Error::RootScope)?; // 3 is not 0
     let mut steps = StepScopes::with_window(&tree, tree.root(), w)?;
     let x = steps.declare(&mut tree, "x")?;
     for _ in 0..7 {
@@ -136,7 +139,7 @@ fn a_window_keeps_the_last_steps() -> Result<(), Error> {
 }
 
 #[test]
-fn drop_all_deletes_every_step_scope() -> Result<(), Error> {
+fn drop_all_deletes_every_step_scope() -> Result<(), StepError> {
     let mut tree = ScopeTree::new();
     let mut steps = StepScopes::new(&tree, tree.root())?;
     let h = steps.declare(&mut tree, "h")?;
@@ -155,7 +158,7 @@ fn drop_all_deletes_every_step_scope() -> Result<(), Error> {
 }
 
 #[test]
-fn declaring_late_adds_the_variable_to_every_held_scope() -> Result<(), Error> {
+fn declaring_late_adds_the_variable_to_every_held_scope() -> Result<(), StepError> {
     let mut tree = ScopeTree::new();
     let mut steps = StepScopes::new(&tree, tree.root())?;
     let a = steps.declare(&mut tree, "a")?;
@@ -177,18 +180,18 @@ fn declaring_late_adds_the_variable_to_every_held_scope() -> Result<(), Error> {
 }
 
 #[test]
-fn misuse_is_an_error_never_a_panic() -> Result<(), Error> {
+fn misuse_is_an_error_never_a_panic() -> Result<(), StepError> {
     let mut tree = ScopeTree::new();
     let mut steps = StepScopes::new(&tree, tree.root())?;
     let h = steps.declare(&mut tree, "h")?;
     assert!(matches!(
         steps.var(h, 0),
-        Err(Error::NoSuchStep { step: 0, .. })
+        Err(StepError::NoSuchStep { step: 0, .. })
     ));
-    assert!(matches!(steps.scope(7), Err(Error::NoSuchStep { .. })));
+    assert!(matches!(steps.scope(7), Err(StepError::NoSuchStep { .. })));
     assert!(matches!(
         steps.declare(&mut tree, ""),
-        Err(Error::InvalidName { .. })
+        Err(StepError::Tree(Error::InvalidName { .. }))
     ));
 
     // A step variable of other step scopes.
@@ -196,22 +199,22 @@ fn misuse_is_an_error_never_a_panic() -> Result<(), Error> {
     let oh = other.declare(&mut tree, "h")?;
     steps.push(&mut tree)?;
     let err = steps.var(oh, 0).unwrap_err();
-    assert!(matches!(err, Error::ForeignStepVar { .. }));
+    assert!(matches!(err, StepError::ForeignStepVar { .. }));
     assert!(err.to_string().contains("<root>"));
 
     // Another tree.
     let mut tree2 = ScopeTree::new();
     assert!(matches!(
         steps.push(&mut tree2),
-        Err(Error::ForeignScope { .. })
+        Err(StepError::Tree(Error::ForeignScope { .. }))
     ));
     assert!(matches!(
         steps.recycle(&mut tree2),
-        Err(Error::ForeignScope { .. })
+        Err(StepError::Tree(Error::ForeignScope { .. }))
     ));
     assert!(matches!(
         steps.drop_all(&mut tree2),
-        Err(Error::ForeignScope { .. })
+        Err(StepError::Tree(Error::ForeignScope { .. }))
     ));
 
     // A step scope deleted behind the step scopes' back is replaced.
@@ -227,15 +230,15 @@ fn misuse_is_an_error_never_a_panic() -> Result<(), Error> {
     tree.delete_scope(parent)?;
     assert!(matches!(
         orphan.push(&mut tree),
-        Err(Error::StaleScope { .. })
+        Err(StepError::Tree(Error::StaleScope { .. }))
     ));
     assert!(matches!(
         orphan.recycle(&mut tree),
-        Err(Error::StaleScope { .. })
+        Err(StepError::Tree(Error::StaleScope { .. }))
     ));
     assert!(matches!(
         orphan.declare(&mut tree, "x"),
-        Err(Error::StaleScope { .. })
+        Err(StepError::Tree(Error::StaleScope { .. }))
     ));
     orphan.drop_all(&mut tree)?;
     assert!(StepScopes::new(&tree, parent).is_err());
@@ -243,7 +246,7 @@ fn misuse_is_an_error_never_a_panic() -> Result<(), Error> {
 }
 
 #[test]
-fn no_such_step_names_the_live_range_and_the_parent() -> Result<(), Error> {
+fn no_such_step_names_the_live_range_and_the_parent() -> Result<(), StepError> {
     let mut tree = ScopeTree::new();
     let rnn = tree.new_named_scope(tree.root(), "rnn")?;
     let mut steps = StepScopes::ping_pong(&tree, rnn)?;

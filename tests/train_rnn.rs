@@ -5,8 +5,9 @@
 #[allow(dead_code)]
 mod model;
 
+use model::Error;
 use model::{Config, Task, Trainer};
-use scopetree::{Error, ScopeId, VarId};
+use scopetree::{ScopeId, VarId};
 
 /// A short run that still has to learn: a debug build does it in seconds.
 fn short_config(workers: usize) -> Config {
@@ -111,13 +112,13 @@ fn no_step_scope_handle_survives_its_step() -> Result<(), Error> {
         for &s in &scopes {
             assert!(matches!(
                 trainer.tree.parent(s),
-                Err(Error::StaleScope { .. })
+                Err(scopetree::Error::StaleScope { .. })
             ));
         }
         for &v in &vars {
             assert!(matches!(
                 trainer.tree.get::<Vec<f32>>(v),
-                Err(Error::StaleVar { .. })
+                Err(scopetree::Error::StaleVar { .. })
             ));
             assert!(!trainer.tree.contains_var(v));
         }
@@ -147,7 +148,7 @@ fn evaluation_ping_pongs_two_step_scopes() -> Result<(), Error> {
     trainer.evaluate()?;
     assert!(matches!(
         trainer.tree.get::<Vec<f32>>(h),
-        Err(Error::StaleVar { .. })
+        Err(scopetree::Error::StaleVar { .. })
     ));
     Ok(())
 }

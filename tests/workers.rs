@@ -1,7 +1,7 @@
 //! The worker split: who may read and write what, misuse errors, and real
 //! threads working on one tree at once.
 
-use scopetree::{Error, ScopeTree, WorkerAccessReason};
+use scopetree::{Error as TreeError, ScopeTree, WorkerAccessReason, WorkerError as Error};
 
 /// `<root>` with a parameter `W`, two worker scopes with a step scope each.
 struct Fixture {
@@ -111,10 +111,13 @@ fn access_outside_the_rules_is_an_error_naming_the_variable() -> Result<(), Erro
     ));
 
     // Types and aliasing are checked as on the tree.
-    assert!(matches!(w0.get::<f64>(w), Err(Error::TypeMismatch { .. })));
+    assert!(matches!(
+        w0.get::<f64>(w),
+        Err(Error::Tree(TreeError::TypeMismatch { .. }))
+    ));
     assert!(matches!(
         w0.get_disjoint_mut::<Vec<f32>, 2>([grad[0], grad[0]]),
-        Err(Error::AliasedVar { .. })
+        Err(Error::Tree(TreeError::AliasedVar { .. }))
     ));
     Ok(())
 }
@@ -129,16 +132,22 @@ fn stale_and_foreign_handles_are_reported_as_such() -> Result<(), Error> {
     let mut other = ScopeTree::new();
     let foreign = other.var(other.root(), "W")?;
     let mut ws = f.tree.split_workers(&f.workers)?;
-    assert!(matches!(ws[0].get::<u8>(gone), Err(Error::StaleVar { .. })));
-    assert!(matches!(ws[0].set(gone, 2_u8), Err(Error::StaleVar { .. })));
+    assert!(matches!(
+        ws[0].get::<u8>(gone),
+        Err(Error::Tree(TreeError::StaleVar { .. }))
+    ));
+    assert!(matches!(
+        ws[0].set(gone, 2_u8),
+        Err(Error::Tree(TreeError::StaleVar { .. }))
+    ));
     assert_eq!(*ws[0].get::<u8>(reused)?, 1);
     assert!(matches!(
         ws[0].get::<f32>(foreign),
-        Err(Error::ForeignVar { .. })
+        Err(Error::Tree(TreeError::ForeignVar { .. }))
     ));
     assert!(matches!(
         ws[1].set(foreign, 0.0_f32),
-        Err(Error::ForeignVar { .. })
+        Err(Error::Tree(TreeError::ForeignVar { .. }))
     ));
     Ok(())
 }
@@ -161,12 +170,12 @@ fn overlapping_or_bad_worker_scopes_are_refused() -> Result<(), Error> {
     f.tree.delete_scope(inner)?;
     assert!(matches!(
         f.tree.split_workers(&[a, inner]),
-        Err(Error::StaleScope { .. })
+        Err(Error::Tree(TreeError::StaleScope { .. }))
     ));
     let other = ScopeTree::new();
     assert!(matches!(
         f.tree.split_workers(&[other.root()]),
-        Err(Error::ForeignScope { .. })
+        Err(Error::Tree(TreeError::ForeignScope { .. }))
     ));
     // No workers: a valid, empty split.
     assert!(f.tree.split_workers(&[])?.is_empty());

@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use scopetree::{Error, ScopeId, ScopeTree, VarId, WorkerAccessReason, WorkerScope};
+use scopetree::{Error, ScopeId, ScopeTree, VarId, WorkerAccessReason, WorkerError, WorkerScope};
 
 /// splitmix64: small, seedable, good enough to pick test moves.
 struct Rng(u64);
@@ -64,19 +64,19 @@ enum Kind {
     Unexpected(String),
 }
 
-fn kind(e: &Error) -> Kind {
+fn kind(e: &WorkerError) -> Kind {
     match e {
-        Error::StaleVar { .. } => Kind::Stale,
-        Error::ForeignVar { .. } => Kind::Foreign,
-        Error::WorkerAccess { reason, .. } => match reason {
+        WorkerError::Tree(Error::StaleVar { .. }) => Kind::Stale,
+        WorkerError::Tree(Error::ForeignVar { .. }) => Kind::Foreign,
+        WorkerError::WorkerAccess { reason, .. } => match reason {
             WorkerAccessReason::ReadOnly => Kind::ReadOnly,
             WorkerAccessReason::OtherWorker => Kind::OtherWorker,
             WorkerAccessReason::NotShared => Kind::NotShared,
             other => Kind::Unexpected(format!("{other:?}")),
         },
-        Error::AliasedVar { .. } => Kind::Aliased,
-        Error::Uninitialized { .. } => Kind::Uninit,
-        Error::TypeMismatch { .. } => Kind::TypeMismatch,
+        WorkerError::Tree(Error::AliasedVar { .. }) => Kind::Aliased,
+        WorkerError::Tree(Error::Uninitialized { .. }) => Kind::Uninit,
+        WorkerError::Tree(Error::TypeMismatch { .. }) => Kind::TypeMismatch,
         other => Kind::Unexpected(other.to_string()),
     }
 }
@@ -105,7 +105,7 @@ enum WOp {
 fn run_ops(mut wk: WorkerScope<'_>, ops: &[WOp]) -> Vec<Outcome> {
     let mut out = Vec::with_capacity(ops.len() + 1);
     let mut held: Vec<(&u64, u64)> = Vec::new();
-    let res = |r: Result<u64, Error>| match r {
+    let res = |r: Result<u64, WorkerError>| match r {
         Ok(v) => Outcome::Val(v),
         Err(e) => Outcome::Err(kind(&e)),
     };
@@ -692,7 +692,7 @@ impl World {
             scopes.append(&mut pair_scopes);
             scopes.extend(tail);
             match self.tree.split_workers(&scopes) {
-                Err(Error::OverlappingWorkers { scope, other }) => {
+                Err(WorkerError::OverlappingWorkers { scope, other }) => {
                     let mut got = [scope, other];
                     let mut want = pair.map(String::clone);
                     got.sort();
@@ -711,14 +711,14 @@ impl World {
             scopes.insert(self.rng.below(scopes.len() + 1), dead);
             assert!(matches!(
                 self.tree.split_workers(&scopes),
-                Err(Error::StaleScope { scope }) if scope == dead
+                Err(WorkerError::Tree(Error::StaleScope { scope })) if scope == dead
             ));
         }
         let mut scopes = split.to_vec();
         scopes.push(self.foreign_scope);
         assert!(matches!(
             self.tree.split_workers(&scopes),
-            Err(Error::ForeignScope { .. })
+            Err(WorkerError::Tree(Error::ForeignScope { .. }))
         ));
         Ok(())
     }
@@ -732,7 +732,7 @@ fn rounds(default: usize) -> usize {
 }
 
 /// One seeded run: `rounds` rounds of mutate / check / split / run / check.
-fn stress(seed: u64, rounds: usize, workers: usize, ops: usize) -> Result<(), Error> {
+fn stress(seed: u64, rounds: usize, workers: usize, ops: usize) -> Result<(), WorkerError> {
     let mut w = World::new(seed, workers)?;
     w.check("start")?;
     for round in 0..rounds {
@@ -798,7 +798,7 @@ fn stress(seed: u64, rounds: usize, workers: usize, ops: usize) -> Result<(), Er
 }
 
 #[test]
-fn threads_hammer_disjoint_subtrees_and_nothing_is_lost() -> Result<(), Error> {
+fn threads_hammer_disjoint_subtrees_and_nothing_is_lost() -> Result<(), WorkerError> {
     for seed in [1, 0x5eed_0002] {
         stress(seed, rounds(30), 4, 4000)?;
     }
@@ -806,6 +806,6 @@ fn threads_hammer_disjoint_subtrees_and_nothing_is_lost() -> Result<(), Error> {
 }
 
 #[test]
-fn many_small_workers_and_heavy_reshaping() -> Result<(), Error> {
+fn many_small_workers_and_heavy_reshaping() -> Result<(), WorkerError> {
     stress(77, rounds(30) * 2, 8, 300)
 }

@@ -102,7 +102,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cfg: Config) -> Result<(), scopetree::Error> {
+fn run(cfg: Config) -> Result<(), model::Error> {
     println!(
         "train_rnn: {task}, {k} tokens | seq len {T}, hidden {H}, batch {B}, {W} worker(s), \
          {E} epochs x {U} updates, seed {S} | chance {c:.1}%",

@@ -20,7 +20,11 @@
 //! └─ eval       h0; two ping-pong step scopes (x y h p)
 //! ```
 
-use scopetree::{Error, ScopeId, ScopeTree, StepScopes, StepVar, VarId, WorkerScope};
+use scopetree::{ScopeId, ScopeTree, StepScopes, StepVar, VarId, WorkerScope};
+
+/// The trainer's error: whichever layer failed (the tree's `Error`, the step
+/// scopes' `StepError`, the worker split's `WorkerError`).
+pub type Error = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Training settings (the example's flags).
 #[derive(Clone, Debug)]

@@ -15,8 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::arena::{Payload, VarSlot};
 use crate::arena::{ScopeId, VarId};
 use crate::error::Error;
+
+mod error;
 use crate::names::Name;
 use crate::tree::ScopeTree;
+pub use error::StepError;
 
 /// A per-step variable name declared on a [`StepScopes`]: resolve it once with
 /// [`declare`](StepScopes::declare), then get step `t`'s variable with
@@ -31,7 +34,7 @@ use crate::tree::ScopeTree;
 /// let mut steps = StepScopes::new(&tree, tree.root())?;
 /// let h = steps.declare(&mut tree, "h")?;
 /// assert_eq!(steps.step_var(&tree, "h")?, Some(h));
-/// # Ok::<(), scopetree::Error>(())
+/// # Ok::<(), scopetree::StepError>(())
 /// ```
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub struct StepVar {
@@ -76,7 +79,7 @@ pub struct StepVar {
 /// assert_eq!(*tree.get::<f32>(old)?, 3.0);
 /// steps.recycle(&mut tree)?;
 /// assert!(matches!(tree.get::<f32>(old), Err(Error::StaleVar { .. })));
-/// # Ok::<(), scopetree::Error>(())
+/// # Ok::<(), scopetree::StepError>(())
 /// ```
 pub struct StepScopes {
     id: u64,
@@ -126,9 +129,9 @@ impl StepScopes {
     /// let tree = ScopeTree::new();
     /// let steps = StepScopes::new(&tree, tree.root())?;
     /// assert!(steps.is_empty());
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
-    pub fn new(tree: &ScopeTree, parent: ScopeId) -> Result<Self, Error> {
+    pub fn new(tree: &ScopeTree, parent: ScopeId) -> Result<Self, StepError> {
         Self::build(tree, parent, None)
     }
 
@@ -148,13 +151,13 @@ impl StepScopes {
     /// }
     /// assert_eq!((steps.first(), steps.end()), (2, 5));
     /// assert_eq!(steps.scope_count(), 3);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
     pub fn with_window(
         tree: &ScopeTree,
         parent: ScopeId,
         window: NonZeroUsize,
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, StepError> {
         Self::build(tree, parent, Some(window))
     }
 
@@ -173,9 +176,9 @@ impl StepScopes {
     ///     steps.push(&mut tree)?;
     /// }
     /// assert_eq!(tree.scope_count(), 1 + 2);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
-    pub fn ping_pong(tree: &ScopeTree, parent: ScopeId) -> Result<Self, Error> {
+    pub fn ping_pong(tree: &ScopeTree, parent: ScopeId) -> Result<Self, StepError> {
         Self::build(tree, parent, NonZeroUsize::new(2))
     }
 
@@ -183,7 +186,7 @@ impl StepScopes {
         tree: &ScopeTree,
         parent: ScopeId,
         window: Option<NonZeroUsize>,
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, StepError> {
         let parent_path = tree.path(parent)?;
         Ok(StepScopes {
             id: next_id(),
@@ -217,9 +220,9 @@ impl StepScopes {
     /// let h = steps.declare(&mut tree, "h")?; // also created in step 0
     /// assert_eq!(tree.var_name(steps.var(h, 0)?)?, "h");
     /// assert_eq!(steps.declare(&mut tree, "h")?, h);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
-    pub fn declare(&mut self, tree: &mut ScopeTree, name: impl Name) -> Result<StepVar, Error> {
+    pub fn declare(&mut self, tree: &mut ScopeTree, name: impl Name) -> Result<StepVar, StepError> {
         tree.check_scope(self.parent)?;
         let sym = tree.intern_pinned(name.as_name_ref())?;
         if let Some(col) = self.syms.iter().position(|&s| s == sym) {
@@ -256,9 +259,13 @@ impl StepScopes {
     /// let mut steps = StepScopes::new(&tree, tree.root())?;
     /// steps.declare(&mut tree, "h")?;
     /// assert!(steps.step_var(&tree, "c")?.is_none());
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
-    pub fn step_var(&self, tree: &ScopeTree, name: impl Name) -> Result<Option<StepVar>, Error> {
+    pub fn step_var(
+        &self,
+        tree: &ScopeTree,
+        name: impl Name,
+    ) -> Result<Option<StepVar>, StepError> {
         let Some(sym) = tree.lookup_name(name.as_name_ref())? else {
             return Ok(None);
         };
@@ -294,9 +301,9 @@ impl StepScopes {
     /// assert_eq!(steps.push(&mut tree)?, 0);
     /// assert_eq!(steps.push(&mut tree)?, 1);
     /// assert_eq!(tree.parent(steps.scope(1)?)?, Some(tree.root()));
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
-    pub fn push(&mut self, tree: &mut ScopeTree) -> Result<usize, Error> {
+    pub fn push(&mut self, tree: &mut ScopeTree) -> Result<usize, StepError> {
         tree.check_scope(self.parent)?;
         let t = self.end;
         let slot = self.slot_of(t);
@@ -348,9 +355,9 @@ impl StepScopes {
     /// let new = steps.var(h, 0)?;
     /// assert_ne!(new, old);
     /// assert_eq!(tree.get::<Vec<f32>>(new)?.len(), 8); // the buffer was kept
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
-    pub fn recycle(&mut self, tree: &mut ScopeTree) -> Result<(), Error> {
+    pub fn recycle(&mut self, tree: &mut ScopeTree) -> Result<(), StepError> {
         tree.check_scope(self.parent)?;
         for t in self.first..self.end {
             let slot = self.slot_of(t);
@@ -379,19 +386,20 @@ impl StepScopes {
     /// }
     /// steps.drop_all(&mut tree)?;
     /// assert_eq!(tree.scope_count(), 1);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
-    pub fn drop_all(&mut self, tree: &mut ScopeTree) -> Result<(), Error> {
+    pub fn drop_all(&mut self, tree: &mut ScopeTree) -> Result<(), StepError> {
         if self.parent.tree() != tree.tag() {
             return Err(Error::ForeignScope {
                 scope: self.parent,
                 tree: tree.tag(),
-            });
+            }
+            .into());
         }
         for &scope in &self.scopes {
             match tree.delete_scope(scope) {
                 Ok(()) | Err(Error::StaleScope { .. }) => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             }
         }
         self.scopes.clear();
@@ -403,7 +411,7 @@ impl StepScopes {
 
     /// Frees slot `slot`'s scope and variables and takes fresh ones, moving
     /// the values over. A scope deleted behind our back is simply replaced.
-    fn renew_slot(&mut self, tree: &mut ScopeTree, slot: usize) -> Result<(), Error> {
+    fn renew_slot(&mut self, tree: &mut ScopeTree, slot: usize) -> Result<(), StepError> {
         let stride = self.syms.len();
         let cols = slot * stride..(slot + 1) * stride;
         self.moved.clear();
@@ -413,7 +421,7 @@ impl StepScopes {
         }
         match tree.delete_scope(self.scopes[slot]) {
             Ok(()) | Err(Error::StaleScope { .. }) => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
         let scope = tree.new_scope(self.parent)?;
         self.scopes[slot] = scope;
@@ -439,8 +447,8 @@ impl StepScopes {
     }
 
     #[cold]
-    fn no_step(&self, step: usize) -> Error {
-        Error::NoSuchStep {
+    fn no_step(&self, step: usize) -> StepError {
+        StepError::NoSuchStep {
             step,
             first: self.first,
             end: self.end,
@@ -451,7 +459,7 @@ impl StepScopes {
     /// The scope of live step `t`. O(1).
     ///
     /// # Errors
-    /// [`Error::NoSuchStep`] if step `t` is not live (not pushed yet,
+    /// [`StepError::NoSuchStep`] if step `t` is not live (not pushed yet,
     /// recycled, or out of the window).
     ///
     /// ```
@@ -461,10 +469,10 @@ impl StepScopes {
     /// steps.push(&mut tree)?;
     /// assert!(tree.contains_scope(steps.scope(0)?));
     /// assert!(steps.scope(1).is_err());
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
     #[inline]
-    pub fn scope(&self, t: usize) -> Result<ScopeId, Error> {
+    pub fn scope(&self, t: usize) -> Result<ScopeId, StepError> {
         if t < self.first || t >= self.end {
             return Err(self.no_step(t));
         }
@@ -475,8 +483,8 @@ impl StepScopes {
     /// for a windowed set, and an array index; no string lookup. O(1).
     ///
     /// # Errors
-    /// [`Error::NoSuchStep`] if step `t` is not live;
-    /// [`Error::ForeignStepVar`] if `sv` was declared by other step scopes.
+    /// [`StepError::NoSuchStep`] if step `t` is not live;
+    /// [`StepError::ForeignStepVar`] if `sv` was declared by other step scopes.
     ///
     /// ```
     /// use scopetree::{ScopeTree, StepScopes};
@@ -485,10 +493,10 @@ impl StepScopes {
     /// let h = steps.declare(&mut tree, "h")?;
     /// let t = steps.push(&mut tree)?;
     /// assert_eq!(tree.owner(steps.var(h, t)?)?, steps.scope(t)?);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
     #[inline]
-    pub fn var(&self, sv: StepVar, t: usize) -> Result<VarId, Error> {
+    pub fn var(&self, sv: StepVar, t: usize) -> Result<VarId, StepError> {
         if sv.owner != self.id {
             return Err(self.foreign_step_var(sv));
         }
@@ -499,8 +507,8 @@ impl StepScopes {
     }
 
     #[cold]
-    fn foreign_step_var(&self, sv: StepVar) -> Error {
-        Error::ForeignStepVar {
+    fn foreign_step_var(&self, sv: StepVar) -> StepError {
+        StepError::ForeignStepVar {
             name: format!("#{} (symbol {})", sv.col, sv.sym),
             scope: self.parent_path.clone(),
         }
@@ -513,7 +521,7 @@ impl StepScopes {
     /// let tree = ScopeTree::new();
     /// let steps = StepScopes::new(&tree, tree.root())?;
     /// assert_eq!(steps.parent(), tree.root());
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
     pub fn parent(&self) -> ScopeId {
         self.parent
@@ -527,7 +535,7 @@ impl StepScopes {
     /// let mut steps = StepScopes::new(&tree, tree.root())?;
     /// steps.push(&mut tree)?;
     /// assert_eq!(steps.len(), 1);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
     pub fn len(&self) -> usize {
         self.end - self.first
@@ -539,7 +547,7 @@ impl StepScopes {
     /// use scopetree::{ScopeTree, StepScopes};
     /// let tree = ScopeTree::new();
     /// assert!(StepScopes::new(&tree, tree.root())?.is_empty());
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
     pub fn is_empty(&self) -> bool {
         self.end == self.first
@@ -555,7 +563,7 @@ impl StepScopes {
     ///     steps.push(&mut tree)?;
     /// }
     /// assert_eq!(steps.first(), 1);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
     pub fn first(&self) -> usize {
         self.first
@@ -570,7 +578,7 @@ impl StepScopes {
     /// let mut steps = StepScopes::new(&tree, tree.root())?;
     /// steps.push(&mut tree)?;
     /// assert_eq!(steps.end(), 1);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
     pub fn end(&self) -> usize {
         self.end
@@ -583,7 +591,7 @@ impl StepScopes {
     /// let tree = ScopeTree::new();
     /// let pp = StepScopes::ping_pong(&tree, tree.root())?;
     /// assert_eq!(pp.window().map(|w| w.get()), Some(2));
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
     pub fn window(&self) -> Option<NonZeroUsize> {
         self.window
@@ -598,7 +606,7 @@ impl StepScopes {
     /// steps.push(&mut tree)?;
     /// steps.recycle(&mut tree)?;
     /// assert_eq!((steps.len(), steps.scope_count()), (0, 1));
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
     pub fn scope_count(&self) -> usize {
         self.scopes.len()
@@ -613,7 +621,7 @@ impl StepScopes {
     /// steps.declare(&mut tree, "h")?;
     /// steps.declare(&mut tree, "c")?;
     /// assert_eq!(steps.step_var_count(), 2);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
     pub fn step_var_count(&self) -> usize {
         self.syms.len()
@@ -629,7 +637,7 @@ impl StepScopes {
     /// steps.push(&mut tree)?;
     /// let ts: Vec<usize> = steps.scopes().map(|(t, _)| t).collect();
     /// assert_eq!(ts, [0, 1]);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::StepError>(())
     /// ```
     pub fn scopes(&self) -> impl Iterator<Item = (usize, ScopeId)> + '_ {
         (self.first..self.end).map(|t| (t, self.scopes[self.slot_of(t)]))

@@ -33,10 +33,13 @@ use std::thread;
 use rustc_hash::FxHashMap;
 
 use crate::arena::{ScopeId, ScopeKey, Structure, VarId, VarKey, VarSlot};
-use crate::error::{Error, WorkerAccessReason};
+use crate::error::Error;
+
+mod error;
 use crate::layer_api::Sym;
 use crate::tree::ScopeTree;
 use crate::value::ValueError;
+pub use error::{WorkerAccessReason, WorkerError};
 
 /// One variable of a worker's side, as the shared index records it (for
 /// error messages about another worker's variable).
@@ -81,7 +84,7 @@ struct Shared<'t> {
 /// assert!(wa.set(w, 0.0_f32).is_err()); // shared: read-only
 /// drop(workers);
 /// assert_eq!(*tree.get::<f32>(y)?, 6.0);
-/// # Ok::<(), scopetree::Error>(())
+/// # Ok::<(), scopetree::WorkerError>(())
 /// ```
 pub struct WorkerScope<'t> {
     index: usize,
@@ -122,8 +125,9 @@ impl ScopeTree {
     /// split once per batch, not once per step.
     ///
     /// # Errors
-    /// [`Error::OverlappingWorkers`] if two scopes are the same or one is
-    /// inside the other; [`Error::StaleScope`] or [`Error::ForeignScope`].
+    /// [`WorkerError::OverlappingWorkers`] if two scopes are the same or one is
+    /// inside the other; [`WorkerError::Tree`] with [`Error::StaleScope`] or
+    /// [`Error::ForeignScope`] for a bad scope.
     ///
     /// ```
     /// use scopetree::ScopeTree;
@@ -131,7 +135,7 @@ impl ScopeTree {
     /// let root = tree.root();
     /// let (a, b) = (tree.new_scope(root)?, tree.new_scope(root)?);
     /// let (ya, yb) = (tree.var(a, "y")?, tree.var(b, "y")?);
-    /// std::thread::scope(|s| -> scopetree::Result<()> {
+    /// std::thread::scope(|s| -> Result<(), scopetree::WorkerError> {
     ///     for mut w in tree.split_workers(&[a, b])? {
     ///         s.spawn(move || {
     ///             let y = if w.index() == 0 { ya } else { yb };
@@ -141,9 +145,12 @@ impl ScopeTree {
     ///     Ok(())
     /// })?;
     /// assert_eq!(*tree.get::<u32>(yb)?, 1);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::WorkerError>(())
     /// ```
-    pub fn split_workers(&mut self, scopes: &[ScopeId]) -> Result<Vec<WorkerScope<'_>>, Error> {
+    pub fn split_workers(
+        &mut self,
+        scopes: &[ScopeId],
+    ) -> Result<Vec<WorkerScope<'_>>, WorkerError> {
         let mut keys = Vec::with_capacity(scopes.len());
         for &s in scopes {
             keys.push(self.check_scope(s)?);
@@ -156,7 +163,7 @@ impl ScopeTree {
             stack.push(top);
             while let Some(k) = stack.pop() {
                 if let Some(j) = side_of.insert(k, i as u32) {
-                    return Err(Error::OverlappingWorkers {
+                    return Err(WorkerError::OverlappingWorkers {
                         scope: view.error_path(keys[j as usize]),
                         other: view.error_path(top),
                     });
@@ -231,16 +238,16 @@ impl ScopeTree {
     /// tree.set(scale, 10_u64)?;
     /// let workers: Vec<_> = (0..2).map(|_| tree.new_scope(root)).collect::<Result<_, _>>()?;
     /// let outs: Vec<_> = workers.iter().map(|&w| tree.var(w, "out")).collect::<Result<_, _>>()?;
-    /// let results = tree.run_workers(&workers, |mut w| -> scopetree::Result<u64> {
+    /// let results = tree.run_workers(&workers, |mut w| -> Result<u64, scopetree::WorkerError> {
     ///     let v = *w.get::<u64>(scale)? * (w.index() as u64 + 1);
     ///     w.set(outs[w.index()], v)?;
     ///     Ok(v)
     /// })?;
     /// assert_eq!(results, [Ok(10), Ok(20)]);
     /// assert_eq!(*tree.get::<u64>(outs[1])?, 20);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::WorkerError>(())
     /// ```
-    pub fn run_workers<R, F>(&mut self, scopes: &[ScopeId], f: F) -> Result<Vec<R>, Error>
+    pub fn run_workers<R, F>(&mut self, scopes: &[ScopeId], f: F) -> Result<Vec<R>, WorkerError>
     where
         R: Send,
         F: Fn(WorkerScope<'_>) -> R + Sync,
@@ -277,7 +284,7 @@ impl<'t> WorkerScope<'t> {
     /// let mut tree = ScopeTree::new();
     /// let a = tree.new_scope(tree.root())?;
     /// assert_eq!(tree.split_workers(&[a])?[0].index(), 0);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::WorkerError>(())
     /// ```
     pub fn index(&self) -> usize {
         self.index
@@ -290,7 +297,7 @@ impl<'t> WorkerScope<'t> {
     /// let mut tree = ScopeTree::new();
     /// let a = tree.new_scope(tree.root())?;
     /// assert_eq!(tree.split_workers(&[a])?[0].scope(), a);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::WorkerError>(())
     /// ```
     pub fn scope(&self) -> ScopeId {
         ScopeId::new(self.scope, self.shared.view.tag())
@@ -307,7 +314,7 @@ impl<'t> WorkerScope<'t> {
     /// tree.var(a, "x")?;
     /// tree.var(b, "y")?;
     /// assert_eq!(tree.split_workers(&[a])?[0].own_var_count(), 2);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::WorkerError>(())
     /// ```
     pub fn own_var_count(&self) -> usize {
         self.own.len()
@@ -321,7 +328,7 @@ impl<'t> WorkerScope<'t> {
     /// tree.var(tree.root(), "W")?;
     /// let a = tree.new_scope(tree.root())?;
     /// assert_eq!(tree.split_workers(&[a])?[0].shared_var_count(), 1);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::WorkerError>(())
     /// ```
     pub fn shared_var_count(&self) -> usize {
         self.shared.vars.len()
@@ -337,7 +344,7 @@ impl<'t> WorkerScope<'t> {
     /// let x = tree.var(a, "x")?;
     /// let workers = tree.split_workers(&[a])?;
     /// assert!(workers[0].owns(x) && !workers[0].owns(w));
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::WorkerError>(())
     /// ```
     pub fn owns(&self, var: VarId) -> bool {
         var.tree == self.shared.view.tag() && self.own_pos(var.key).is_some()
@@ -358,18 +365,19 @@ impl<'t> WorkerScope<'t> {
 
     /// The error for a handle found on neither side this worker may use.
     #[cold]
-    fn missing(&self, var: VarId) -> Error {
+    fn missing(&self, var: VarId) -> WorkerError {
         if var.tree != self.shared.view.tag() {
             return Error::ForeignVar {
                 var,
                 tree: self.shared.view.tag(),
-            };
+            }
+            .into();
         }
         let owned = &self.shared.owned;
         match owned.binary_search_by(|o| o.key.cmp(&var.key)) {
             Ok(i) => {
                 let o = &owned[i];
-                Error::WorkerAccess {
+                WorkerError::WorkerAccess {
                     name: crate::short::name(self.shared.view.name_text(o.name)),
                     scope: self.path(o.owner),
                     worker: self.path(self.scope),
@@ -380,13 +388,13 @@ impl<'t> WorkerScope<'t> {
                     },
                 }
             }
-            Err(_) => Error::StaleVar { var },
+            Err(_) => Error::StaleVar { var }.into(),
         }
     }
 
     #[cold]
-    fn access_error(&self, slot: &VarSlot, reason: WorkerAccessReason) -> Error {
-        Error::WorkerAccess {
+    fn access_error(&self, slot: &VarSlot, reason: WorkerAccessReason) -> WorkerError {
+        WorkerError::WorkerAccess {
             name: crate::short::name(self.shared.view.name_text(slot.name())),
             scope: self.path(slot.owner().unwrap_or_default()),
             worker: self.path(self.scope),
@@ -396,9 +404,9 @@ impl<'t> WorkerScope<'t> {
 
     /// The `T` value of a slot this worker may read, or why it cannot be read.
     #[inline]
-    fn read<'s, T: Any>(&self, slot: &'s VarSlot) -> Result<&'s T, Error> {
+    fn read<'s, T: Any>(&self, slot: &'s VarSlot) -> Result<&'s T, WorkerError> {
         slot.typed::<T>()
-            .map_err(|e| self.value_error::<T>(slot, e))
+            .map_err(|e| self.value_error::<T>(slot, e).into())
     }
 
     #[cold]
@@ -414,7 +422,7 @@ impl<'t> WorkerScope<'t> {
 
     /// Position of an own variable for a write; an error naming why not.
     #[inline]
-    fn writable(&self, var: VarId) -> Result<usize, Error> {
+    fn writable(&self, var: VarId) -> Result<usize, WorkerError> {
         if var.tree == self.shared.view.tag() {
             if let Some(i) = self.own_pos(var.key) {
                 return Ok(i);
@@ -431,7 +439,7 @@ impl<'t> WorkerScope<'t> {
     /// no string and no lock.
     ///
     /// # Errors
-    /// [`Error::WorkerAccess`] for another worker's variable;
+    /// [`WorkerError::WorkerAccess`] for another worker's variable;
     /// [`Error::Uninitialized`], [`Error::TypeMismatch`];
     /// [`Error::StaleVar`] or [`Error::ForeignVar`].
     ///
@@ -443,10 +451,10 @@ impl<'t> WorkerScope<'t> {
     /// let a = tree.new_scope(tree.root())?;
     /// let workers = tree.split_workers(&[a])?;
     /// assert_eq!(*workers[0].get::<f32>(w)?, 1.5);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::WorkerError>(())
     /// ```
     #[inline]
-    pub fn get<T: Any>(&self, var: VarId) -> Result<&T, Error> {
+    pub fn get<T: Any>(&self, var: VarId) -> Result<&T, WorkerError> {
         let slot: &VarSlot = if var.tree != self.shared.view.tag() {
             return Err(self.missing(var));
         } else if let Some(i) = self.own_pos(var.key) {
@@ -464,7 +472,7 @@ impl<'t> WorkerScope<'t> {
     /// variables (read the parameters, then write the activations). O(log n).
     ///
     /// # Errors
-    /// [`Error::WorkerAccess`] if this worker or another one owns `var`;
+    /// [`WorkerError::WorkerAccess`] if this worker or another one owns `var`;
     /// [`Error::Uninitialized`], [`Error::TypeMismatch`];
     /// [`Error::StaleVar`] or [`Error::ForeignVar`].
     ///
@@ -481,10 +489,10 @@ impl<'t> WorkerScope<'t> {
     /// let w_val = wk.shared::<Vec<f32>>(w)?; // held across the write below
     /// wk.get_mut::<Vec<f32>>(y)?.copy_from_slice(w_val);
     /// assert_eq!(wk.get::<Vec<f32>>(y)?, &[2.0, 3.0]);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::WorkerError>(())
     /// ```
     #[inline]
-    pub fn shared<T: Any>(&self, var: VarId) -> Result<&'t T, Error> {
+    pub fn shared<T: Any>(&self, var: VarId) -> Result<&'t T, WorkerError> {
         let found = if var.tree == self.shared.view.tag() {
             self.shared_slot(var.key)
         } else {
@@ -499,7 +507,7 @@ impl<'t> WorkerScope<'t> {
     /// Borrows the `T` value of an own variable mutably. O(log n).
     ///
     /// # Errors
-    /// [`Error::WorkerAccess`] for a shared variable (read-only) or another
+    /// [`WorkerError::WorkerAccess`] for a shared variable (read-only) or another
     /// worker's; [`Error::Uninitialized`], [`Error::TypeMismatch`];
     /// [`Error::StaleVar`] or [`Error::ForeignVar`].
     ///
@@ -512,10 +520,10 @@ impl<'t> WorkerScope<'t> {
     /// let mut workers = tree.split_workers(&[a])?;
     /// *workers[0].get_mut::<u32>(n)? += 1;
     /// assert_eq!(*workers[0].get::<u32>(n)?, 2);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::WorkerError>(())
     /// ```
     #[inline]
-    pub fn get_mut<T: Any>(&mut self, var: VarId) -> Result<&mut T, Error> {
+    pub fn get_mut<T: Any>(&mut self, var: VarId) -> Result<&mut T, WorkerError> {
         let [v] = self.get_disjoint_mut::<T, 1>([var])?;
         Ok(v)
     }
@@ -539,24 +547,25 @@ impl<'t> WorkerScope<'t> {
     /// let [xv, yv] = workers[0].get_disjoint_mut::<Vec<f32>, 2>([x, y])?;
     /// yv.copy_from_slice(xv);
     /// assert!(workers[0].get_disjoint_mut::<Vec<f32>, 2>([x, x]).is_err());
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::WorkerError>(())
     /// ```
     pub fn get_disjoint_mut<T: Any, const N: usize>(
         &mut self,
         vars: [VarId; N],
-    ) -> Result<[&mut T; N], Error> {
+    ) -> Result<[&mut T; N], WorkerError> {
         let mut pos = [0usize; N];
         for (i, &var) in vars.iter().enumerate() {
             let p = self.writable(var)?;
             let slot: &VarSlot = self.own[p].1;
             if let Err(e) = slot.typed::<T>() {
-                return Err(self.value_error::<T>(slot, e));
+                return Err(self.value_error::<T>(slot, e).into());
             }
             if pos[..i].contains(&p) {
                 return Err(Error::AliasedVar {
                     name: crate::short::name(self.shared.view.name_text(slot.name())),
                     scope: self.path(slot.owner().unwrap_or_default()),
-                });
+                }
+                .into());
             }
             pos[i] = p;
         }
@@ -566,7 +575,7 @@ impl<'t> WorkerScope<'t> {
             .map_err(|_| Error::StaleVar { var: vars[0] })?;
         let mut typed = entries.map(|e| e.1.typed_mut::<T>().ok());
         if typed.iter().any(Option::is_none) {
-            return Err(Error::StaleVar { var: vars[0] });
+            return Err(Error::StaleVar { var: vars[0] }.into());
         }
         Ok(std::array::from_fn(|i| {
             typed[i]
@@ -580,7 +589,7 @@ impl<'t> WorkerScope<'t> {
     /// boxed. O(log n).
     ///
     /// # Errors
-    /// [`Error::WorkerAccess`] for a shared variable (read-only) or another
+    /// [`WorkerError::WorkerAccess`] for a shared variable (read-only) or another
     /// worker's; [`Error::StaleVar`] or [`Error::ForeignVar`].
     ///
     /// ```
@@ -591,9 +600,9 @@ impl<'t> WorkerScope<'t> {
     /// let mut workers = tree.split_workers(&[a])?;
     /// workers[0].set(loss, 0.25_f32)?;
     /// assert_eq!(*workers[0].get::<f32>(loss)?, 0.25);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::WorkerError>(())
     /// ```
-    pub fn set<T: Any + Send + Sync>(&mut self, var: VarId, value: T) -> Result<(), Error> {
+    pub fn set<T: Any + Send + Sync>(&mut self, var: VarId, value: T) -> Result<(), WorkerError> {
         let p = self.writable(var)?;
         self.own[p].1.put(value);
         Ok(())
@@ -616,13 +625,13 @@ impl<'t> WorkerScope<'t> {
     /// let mut workers = tree.split_workers(&[a])?;
     /// workers[0].get_or_insert_with(h, || vec![0.0_f32; 4])?[0] = 1.0;
     /// assert_eq!(workers[0].get::<Vec<f32>>(h)?.len(), 4);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::WorkerError>(())
     /// ```
     pub fn get_or_insert_with<T: Any + Send + Sync>(
         &mut self,
         var: VarId,
         init: impl FnOnce() -> T,
-    ) -> Result<&mut T, Error> {
+    ) -> Result<&mut T, WorkerError> {
         let p = self.writable(var)?;
         let slot = &mut *self.own[p].1;
         if slot.value.is_none() {
@@ -639,7 +648,7 @@ impl<'t> WorkerScope<'t> {
     /// let (a, b) = (tree.new_scope(tree.root())?, tree.new_scope(tree.root())?);
     /// let workers = tree.split_workers(&[a, b])?;
     /// assert_eq!(workers[0].worker_scopes().collect::<Vec<_>>(), [a, b]);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::WorkerError>(())
     /// ```
     pub fn worker_scopes(&self) -> impl Iterator<Item = ScopeId> + '_ {
         let tag = self.shared.view.tag();
