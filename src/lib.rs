@@ -33,19 +33,20 @@
 //!
 //! | module (file) | holds |
 //! |---|---|
-//! | `tree` | [`ScopeTree`], the arena, scope structure and deletion |
+//! | `arena/` | the arena that owns every invariant: slots, names, links, walks; [`ScopeId`], [`VarId`], [`Symbol`], [`TreeTag`] |
+//! | `tree` | [`ScopeTree`], the public face of the arena: scopes, names, deletion |
 //! | `vars` | variables as members of scopes: create, erase, rename |
 //! | `lookup` | [`find_var`](ScopeTree::find_var) and friends |
-//! | `resolver` | [`Resolver`]: a caller-owned cache of `find_var` answers, flat in depth |
-//! | `value` | typed values: [`get`](ScopeTree::get), [`set`](ScopeTree::set), … |
-//! | `handle` | [`ScopeId`], [`VarId`], [`TreeTag`] |
-//! | `names` | [`Symbol`], [`Name`], name validation, the interner |
+//! | `value` | typed values: [`get`](ScopeTree::get), [`set`](ScopeTree::set), …, and the typed core every layer reads values through |
 //! | `traverse` | [`Kids`], [`Ancestors`], [`Descendants`], [`LocalVars`] |
 //! | `dump` | [`Dump`], [`Dot`] |
-//! | `step` | [`StepScopes`], [`StepVar`]: step scopes for RNNs and training loops |
-//! | `workers` | [`WorkerScope`], [`split_workers`](ScopeTree::split_workers): parallel workers |
-//! | `error` | [`Error`] |
+//! | `names` | [`Name`], name validation |
+//! | `error` | [`Error`], the tree's errors |
+//! | `resolver` | [`Resolver`]: a caller-owned cache of `find_var` answers, flat in depth |
+//! | `step/` | [`StepScopes`], [`StepVar`], [`StepError`]: step scopes for RNNs and training loops |
+//! | `workers/` | [`WorkerScope`], [`split_workers`](ScopeTree::split_workers), [`WorkerError`]: parallel workers |
 //! | [`sharing`] | TensorFlow-1-style sharing: [`sharing::VariableStore`], `get_variable`, templates |
+//! | [`diagnostics`] | slot sizes and the inline table width, for memory budgets |
 //!
 //! See `docs/design.md` for the arena, handles, invariants and complexities.
 

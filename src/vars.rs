@@ -14,7 +14,7 @@ impl ScopeTree {
     ///
     /// O(1) for a scope with up to 16 variables or through the hash index
     /// above; creating a variable never allocates while the scope holds at
-    /// most [`INLINE_VARS`](crate::INLINE_VARS) and the name was seen before.
+    /// most [`INLINE_VARS`](crate::diagnostics::INLINE_VARS) and the name was seen before.
     ///
     /// # Errors
     /// [`Error::InvalidName`]; [`Error::StaleScope`] or [`Error::ForeignScope`].

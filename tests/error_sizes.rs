@@ -9,7 +9,11 @@ use scopetree::{Error, ScopeId, ScopeTree, StepError, StepScopes, WorkerError};
 const MIB: usize = 1 << 20;
 /// A million levels in release (CI runs `cargo test --release --tests`); a
 /// tenth of that in debug builds, where building the chain takes seconds.
-const DEPTH: usize = if cfg!(debug_assertions) { 100_000 } else { 1_000_000 };
+const DEPTH: usize = if cfg!(debug_assertions) {
+    100_000
+} else {
+    1_000_000
+};
 const LIMIT: usize = 1024;
 
 /// A tree with a chain `deep` levels deep of named scopes, and a second
