@@ -63,7 +63,7 @@ impl VarSlot {
         match self.value.as_deref() {
             Some(v) => as_any(v)
                 .downcast_ref::<T>()
-                .ok_or(ValueError::Mismatch(v.type_name())),
+                .ok_or_else(|| ValueError::Mismatch(v.type_name())),
             None => Err(ValueError::Uninit),
         }
     }
