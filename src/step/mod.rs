@@ -10,10 +10,9 @@
 //! is moved from the old variable to its successor.
 
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::arena::{Payload, VarSlot};
-use crate::arena::{ScopeId, VarId};
+use crate::arena::{ScopeId, TreeTag, VarId};
 use crate::error::Error;
 
 mod error;
@@ -84,6 +83,7 @@ pub struct StepVar {
 pub struct StepScopes {
     id: u64,
     parent: ScopeId,
+    /// The parent's path as messages show it (cut when long).
     parent_path: String,
     window: Option<NonZeroUsize>,
     /// Interned names of the declared step variables (the columns).
@@ -109,11 +109,6 @@ impl std::fmt::Debug for StepScopes {
             .field("scopes", &self.scopes.len())
             .finish()
     }
-}
-
-fn next_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl StepScopes {
@@ -187,9 +182,12 @@ impl StepScopes {
         parent: ScopeId,
         window: Option<NonZeroUsize>,
     ) -> Result<Self, StepError> {
-        let parent_path = tree.path(parent)?;
+        // Kept for messages, cut as errors cut paths.
+        let parent_path = crate::short::path(&tree.path(parent)?);
         Ok(StepScopes {
-            id: next_id(),
+            // Tags come from a process-wide counter: no two step scopes share
+            // an id, as no two trees share a tag.
+            id: TreeTag::fresh().get(),
             parent,
             parent_path,
             window,
