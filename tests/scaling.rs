@@ -27,7 +27,7 @@ const SMALL: usize = 10_000;
 const LARGE: usize = 100_000;
 /// Operations per run of a test that reads (cycling over the items), at both
 /// sizes, so that both figures come from runs of the same length.
-const READS: usize = 200_000;
+const READS: usize = 100_000;
 
 /// Calls per run of an operation that walks all `n` items in one call, a
 /// few nanoseconds per item.
@@ -754,6 +754,31 @@ fn to_dot_per_scope_deep() {
             black_box(formatted_len(tree.to_dot(tree.root()).unwrap()));
         },
     );
+}
+
+/// `dump` and `to_dot` document O(size of the subtree), but the first line
+/// shows the top scope's full path, so a dump of a leaf costs O(its depth):
+/// timed per level of that path, which must stay flat.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "timing test: run with cargo test --release"
+)]
+fn dump_and_to_dot_of_a_leaf_per_level_of_its_path() {
+    Scaling::new(
+        "dump + to_dot of the leaf at depth n, formatted",
+        "level",
+        SMALL,
+        LARGE,
+    )
+    .ops(walks)
+    .units_per_op(|n| 2.0 * n as f64)
+    .check(chain, |(tree, levels), _| {
+        let leaf = *levels.last().unwrap();
+        let a = formatted_len(tree.dump(leaf).unwrap());
+        let b = formatted_len(tree.to_dot(leaf).unwrap());
+        black_box((a, b));
+    });
 }
 
 // ----- variables in one wide scope ---------------------------------------------------
