@@ -32,7 +32,7 @@ const READS: usize = 100_000;
 /// Calls per run of an operation that walks all `n` items in one call, a
 /// few nanoseconds per item.
 fn walks(n: usize) -> usize {
-    (2_000_000 / n).max(5)
+    (1_000_000 / n).max(5)
 }
 
 /// Calls per run of an operation that formats or writes all `n` items in one
