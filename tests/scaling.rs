@@ -855,7 +855,7 @@ fn remove_var_front_to_back_in_a_wide_scope() {
     Scaling::new(
         "remove_var front to back in a scope of n variables",
         "removal",
-        1_000,
+        SMALL,
         LARGE,
     )
     .fresh()
@@ -872,7 +872,7 @@ fn remove_var_back_to_front_in_a_wide_scope() {
     Scaling::new(
         "remove_var back to front in a scope of n variables",
         "removal",
-        1_000,
+        SMALL,
         LARGE,
     )
     .fresh()
@@ -892,7 +892,7 @@ fn rename_in_a_wide_scope() {
     Scaling::new(
         "rename(root, v_i, r_i) of each of n variables in one scope",
         "rename",
-        1_000,
+        SMALL,
         LARGE,
     )
     .fresh()
@@ -916,7 +916,7 @@ fn rename_unique_in_a_wide_scope() {
     Scaling::new(
         "rename_unique(root, v_i) of each of n variables in one scope",
         "rename",
-        1_000,
+        SMALL,
         LARGE,
     )
     .fresh()
