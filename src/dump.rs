@@ -63,7 +63,8 @@ pub struct Dot<'a> {
 
 impl ScopeTree {
     /// An indented dump of `scope` and everything below it. O(size of the
-    /// subtree, variables included) when formatted; iterative.
+    /// subtree, variables included, + depth of `scope`, for the full path on
+    /// its first line) when formatted; iterative.
     ///
     /// # Errors
     /// [`Error::StaleScope`] or [`Error::ForeignScope`].
@@ -84,7 +85,8 @@ impl ScopeTree {
     }
 
     /// A Graphviz DOT graph of `scope` and everything below it. O(size of the
-    /// subtree) when formatted; iterative.
+    /// subtree + depth of `scope`, for the top label's full path) when
+    /// formatted; iterative.
     ///
     /// # Errors
     /// [`Error::StaleScope`] or [`Error::ForeignScope`].

@@ -137,7 +137,12 @@ impl Interner {
         }
     }
 
-    /// Frees every idle name that is still unused and unpinned. O(idle).
+    /// Frees every idle name that is still unused and unpinned, then
+    /// rebuilds the map with room for the names left plus one more round of
+    /// idle ones, which clears the tombstones that removals leave, so the
+    /// table's size repeats from one sweep to the next instead of creeping
+    /// up. O(idle + names), which the sweep threshold keeps O(1) amortised
+    /// per release.
     fn sweep(&mut self) {
         for idx in std::mem::take(&mut self.idle) {
             let Some(slot) = self.slots.get_mut(idx as usize) else {
@@ -152,6 +157,8 @@ impl Interner {
                 self.free.push(idx);
             }
         }
+        self.map.shrink_to_fit();
+        self.map.reserve(IDLE_SWEEP_MIN);
     }
 
     /// The generation of `idx`, which a [`Symbol`](crate::Symbol) carries. O(1).

@@ -15,6 +15,10 @@ use super::slots::{Entry, INLINE_VARS, ScopeName, ScopeSlot, ScopeState, VarSlot
 use super::{Arena, ScopeKey, VarKey, kid_index_key};
 use crate::layer_api::Sym;
 
+/// A scope's signature is recomputed after a removal or rename only while
+/// its table holds at most this many variables (see `Arena::refresh_sig`).
+const SIG_RECOMPUTE_MAX: usize = 64;
+
 /// At most this many spilled variable tables are kept for reuse...
 const SPARE_TABLES: usize = 256;
 /// ...and only those whose capacity is at most this.
@@ -310,6 +314,9 @@ impl Arena {
             None => {}
         }
         slot.vars.rename_at(pos, sym);
+        if let Some(sig) = self.sigs.get_mut(slot_index(scope)) {
+            *sig |= sig_bit(sym);
+        }
         self.names.bump(old);
         self.names.bump(sym);
         self.names.acquire(sym);
@@ -321,9 +328,20 @@ impl Arena {
         Ok(var)
     }
 
-    /// Sets the name signature of a live scope from its table.
+    /// Brings the name signature of a live scope up to date after names
+    /// left its table: recomputed from a table of at most
+    /// [`SIG_RECOMPUTE_MAX`] entries, else left as it is. The signature only
+    /// has to be a superset of the table's bits (a stale bit costs one table
+    /// probe in a lookup), and a table that wide sets nearly all 64 bits
+    /// anyway; recomputing it would make each removal O(k). O(1).
     fn refresh_sig(&mut self, key: ScopeKey) {
-        let sig = self.scopes.get(key).map_or(0, |s| s.vars.signature());
+        let Some(slot) = self.scopes.get(key) else {
+            return;
+        };
+        if slot.vars.len() > SIG_RECOMPUTE_MAX {
+            return;
+        }
+        let sig = slot.vars.signature();
         if let Some(s) = self.sigs.get_mut(slot_index(key)) {
             *s = sig;
         }
