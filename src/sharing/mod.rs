@@ -31,8 +31,12 @@
 //! ```
 
 mod collections;
+mod counts;
 mod getter;
+mod index;
 mod init;
+mod journal;
+mod path;
 mod scope;
 mod shape;
 mod store;

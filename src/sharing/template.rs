@@ -2,6 +2,7 @@
 //! reuses them on every later one (TensorFlow's `tf.make_template`).
 
 use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use crate::error::Error;
 use crate::handle::VarId;
@@ -216,7 +217,7 @@ impl<F> Template<F> {
     /// The captured scope, checked to be alive in `store`.
     fn live_scope(&self, store: &VariableStore) -> Result<Option<&VarScope>, Error> {
         match &self.scope {
-            Some(vs) => match store.tree.check_scope(vs.place) {
+            Some(vs) => match store.tree().check_scope(vs.place) {
                 Ok(_) => Ok(Some(vs)),
                 Err(Error::StaleScope { scope }) => Err(Error::StaleTemplate {
                     template: self.name.clone(),
@@ -375,6 +376,11 @@ impl<F> Template<F> {
     /// variables (they stay in the store); the errors of entering a scope under
     /// `current`; and whatever `func` returns.
     ///
+    /// # Panics
+    /// If `func` panics, the panic is resumed after the store and the
+    /// template are put back as they were before the call (the scope it
+    /// would have captured, its variables, the default-name counters).
+    ///
     /// ```
     /// use scopetree::sharing::{Initializer, Template, VariableStore, VarScope, VarSpec};
     /// let mut store = VariableStore::new();
@@ -387,6 +393,28 @@ impl<F> Template<F> {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn call<A, R>(
+        &mut self,
+        store: &mut VariableStore,
+        current: &VarScope,
+        args: A,
+    ) -> Result<R, Error>
+    where
+        F: FnMut(&mut VariableStore, &mut VarScope, A) -> Result<R, Error>,
+    {
+        // The store undoes its own state if `func` panics; the template puts
+        // back the scope it captured and its `created` flag.
+        let (scope, created) = (self.scope.clone(), self.created);
+        match catch_unwind(AssertUnwindSafe(|| self.call_inner(store, current, args))) {
+            Ok(out) => out,
+            Err(payload) => {
+                self.scope = scope;
+                self.created = created;
+                resume_unwind(payload)
+            }
+        }
+    }
+
+    fn call_inner<A, R>(
         &mut self,
         store: &mut VariableStore,
         current: &VarScope,
@@ -429,7 +457,7 @@ impl<F> Template<F> {
             self.created = true;
             return Ok(out);
         }
-        let since = store.next_seq;
+        let since = store.next_seq();
         let out = (self.func)(store, vs, args)?;
         let created = store.joined_since(TRAINABLE_VARIABLES, since);
         if !created.is_empty() {
