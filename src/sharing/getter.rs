@@ -31,7 +31,7 @@ use crate::tree::ScopeTree;
 /// assert_eq!(spec.name(), "w");
 /// ```
 pub struct VarSpec<T> {
-    name: String,
+    name: SpecName,
     shape: Option<Shape>,
     init: Option<Initializer<T>>,
     trainable: Option<bool>,
@@ -43,7 +43,7 @@ pub struct VarSpec<T> {
 impl<T> fmt::Debug for VarSpec<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("VarSpec")
-            .field("name", &self.name)
+            .field("name", &self.name.as_str())
             .field("shape", &self.shape)
             .field("initializer", &self.init)
             .field("trainable", &self.trainable)
@@ -56,15 +56,18 @@ impl<T> fmt::Debug for VarSpec<T> {
 
 impl<T> VarSpec<T> {
     /// A spec for the variable `name`, relative to the scope it is asked in
-    /// (it may contain `/`: `"a/b"` is `b` in the sub-scope `a`). O(1).
+    /// (it may contain `/`: `"a/b"` is `b` in the sub-scope `a`). A name of
+    /// up to 22 bytes is kept inline, so building a spec allocates nothing.
+    /// O(len).
     ///
     /// ```
     /// use scopetree::sharing::VarSpec;
     /// assert_eq!(VarSpec::<f32>::new("v").name(), "v");
+    /// assert_eq!(VarSpec::<f32>::new(format!("w{}", 3)).name(), "w3");
     /// ```
-    pub fn new(name: impl Into<String>) -> Self {
+    pub fn new(name: impl AsRef<str>) -> Self {
         VarSpec {
-            name: name.into(),
+            name: SpecName::new(name.as_ref()),
             shape: None,
             init: None,
             trainable: None,
@@ -81,7 +84,7 @@ impl<T> VarSpec<T> {
     /// assert_eq!(VarSpec::<u8>::new("b").name(), "b");
     /// ```
     pub fn name(&self) -> &str {
-        &self.name
+        self.name.as_str()
     }
 
     /// The expected shape: checked against the held value on reuse and
@@ -167,6 +170,39 @@ impl<T> VarSpec<T> {
     pub fn custom_getter(mut self, getter: CustomGetter) -> Self {
         self.getter = Some(getter);
         self
+    }
+}
+
+/// The name of a [`VarSpec`]: inline up to [`SpecName::INLINE`] bytes.
+#[derive(Clone)]
+enum SpecName {
+    Inline {
+        len: u8,
+        bytes: [u8; SpecName::INLINE],
+    },
+    Heap(Box<str>),
+}
+
+impl SpecName {
+    const INLINE: usize = 22;
+
+    fn new(name: &str) -> Self {
+        match u8::try_from(name.len()) {
+            Ok(len) if name.len() <= Self::INLINE => {
+                let mut bytes = [0; Self::INLINE];
+                bytes[..name.len()].copy_from_slice(name.as_bytes());
+                SpecName::Inline { len, bytes }
+            }
+            _ => SpecName::Heap(name.into()),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            SpecName::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)])
+                .expect("an inline spec name is copied whole from a `str`"),
+            SpecName::Heap(s) => s,
+        }
     }
 }
 
@@ -415,7 +451,7 @@ where
 {
     let base = store.tree().check_scope(scope.place)?;
     // A '/' is fine in the name: it names a sub-scope.
-    let path = Path::parse(&spec.name)?;
+    let path = Path::parse(spec.name.as_str())?;
     let reuse = spec.reuse.or(scope.reuse);
     if spec.getter.is_none() && scope.getters.is_empty() {
         let (dirs, leaf) = path.split_leaf();
@@ -537,23 +573,24 @@ fn check_share(
         let (name, scope) = describe();
         return Err(Error::VariableExists { name, scope });
     }
-    let meta = store.var_meta(var);
-    let held = tree.type_name(id)?;
-    let type_ok = match held {
-        Some(_) => (ty.holds)(tree, id),
-        None => meta.is_none_or(|m| m.type_id == ty.id),
+    let meta = || store.var_meta(var);
+    let type_ok = (ty.holds)(tree, id) || {
+        // Not a `T`: either another type, or no value (then the type it was
+        // created with decides).
+        tree.type_name(id)?.is_none() && meta().is_none_or(|m| m.type_id == ty.id)
     };
     if !type_ok {
+        let held = tree.type_name(id)?;
         let (name, scope) = describe();
         return Err(Error::ShareTypeMismatch {
             name,
             scope,
             expected: ty.name,
-            found: held.or(meta.map(|m| m.type_name)).unwrap_or("?"),
+            found: held.or(meta().map(|m| m.type_name)).unwrap_or("?"),
         });
     }
     if let Some(want) = want {
-        let found = (ty.shape_of)(tree, id).or_else(|| meta.map(|m| m.shape.clone()));
+        let found = (ty.shape_of)(tree, id).or_else(|| meta().map(|m| m.shape.clone()));
         if let Some(found) = found {
             if !want.is_compatible_with(&found) {
                 let (name, scope) = describe();

@@ -7,29 +7,40 @@ use crate::error::{Error, InvalidNameReason};
 const SEP: char = '/';
 
 /// A name of one or more non-empty components separated by `/`. Borrowed:
-/// parsing allocates nothing.
+/// parsing allocates nothing, and remembers where the last component
+/// starts.
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct Path<'a> {
     text: &'a str,
+    /// Byte offset of the last component (0: a single component).
+    leaf_at: usize,
 }
 
 impl<'a> Path<'a> {
-    /// Checks `text`: not empty, no empty component. O(len).
+    /// Checks `text`: not empty, no empty component. One pass, O(len).
     ///
     /// # Errors
     /// [`Error::InvalidName`] with reason `Empty`.
     pub(crate) fn parse(text: &'a str) -> Result<Self, Error> {
-        let bad = text.is_empty()
-            || text.starts_with(SEP)
-            || text.ends_with(SEP)
-            || text.as_bytes().windows(2).any(|w| w == b"//");
-        if bad {
+        let bytes = text.as_bytes();
+        // `leaf_at` is where the current component starts; a separator must
+        // end a non-empty one, and the last one must be non-empty too.
+        let mut leaf_at = 0;
+        let mut ok = true;
+        for (i, &b) in bytes.iter().enumerate() {
+            if b == SEP as u8 {
+                ok &= i > leaf_at;
+                leaf_at = i + 1;
+            }
+        }
+        ok &= leaf_at < bytes.len();
+        if !ok {
             return Err(Error::InvalidName {
                 name: crate::short::name(text),
                 reason: InvalidNameReason::Empty,
             });
         }
-        Ok(Path { text })
+        Ok(Path { text, leaf_at })
     }
 
     /// The text. O(1).
@@ -43,19 +54,32 @@ impl<'a> Path<'a> {
     }
 
     /// The scopes part (`None` for one component) and the last component.
-    /// O(len).
+    /// O(1) for one component, else O(len) (the scopes part's own last
+    /// component is found).
     pub(crate) fn split_leaf(self) -> (Option<Path<'a>>, &'a str) {
-        match self.text.rsplit_once(SEP) {
-            Some((dirs, leaf)) => (Some(Path { text: dirs }), leaf),
-            None => (None, self.text),
+        if self.leaf_at == 0 {
+            return (None, self.text);
         }
+        let dirs = &self.text[..self.leaf_at - 1];
+        let dirs_leaf = dirs.rfind(SEP).map_or(0, |i| i + 1);
+        (
+            Some(Path {
+                text: dirs,
+                leaf_at: dirs_leaf,
+            }),
+            &self.text[self.leaf_at..],
+        )
     }
 
     /// The part after `base/`, if this path lies under the path `base`
     /// (whole components only). O(len(base)).
     pub(crate) fn strip_base(self, base: &str) -> Option<Path<'a>> {
         let rest = self.text.strip_prefix(base)?.strip_prefix(SEP)?;
-        (!base.is_empty() && !rest.is_empty()).then_some(Path { text: rest })
+        let cut = base.len() + 1;
+        (!base.is_empty() && !rest.is_empty()).then_some(Path {
+            text: rest,
+            leaf_at: self.leaf_at.saturating_sub(cut),
+        })
     }
 }
 

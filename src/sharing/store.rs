@@ -466,7 +466,10 @@ impl VariableStore {
         dirs: Option<Path<'_>>,
         leaf: &str,
     ) -> Option<VarKey> {
-        let scope = self.resolve(start, dirs)?;
+        let scope = match dirs {
+            None => start,
+            Some(d) => self.resolve(start, Some(d))?,
+        };
         self.tree.local_var_key(scope, self.tree.sym_of(leaf)?)
     }
 
