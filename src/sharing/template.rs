@@ -12,6 +12,9 @@ use crate::sharing::getter::CustomGetter;
 use crate::sharing::scope::{Reuse, ScopeOpts, VarScope};
 use crate::sharing::store::VariableStore;
 
+/// How many created names a [`Error::TemplateCreatedVariable`] lists.
+const SHOWN_NAMES: usize = 1;
+
 /// A closure wrapped for variable sharing (TensorFlow's `tf.make_template`).
 ///
 /// The first [`call`](Template::call) enters a new scope named after the
@@ -220,7 +223,7 @@ impl<F> Template<F> {
             Some(vs) => match store.tree().check_scope(vs.place) {
                 Ok(_) => Ok(Some(vs)),
                 Err(Error::StaleScope { scope }) => Err(Error::StaleTemplate {
-                    template: self.name.clone(),
+                    template: crate::short::name(&self.name),
                     scope,
                 }),
                 Err(e) => Err(e),
@@ -461,10 +464,19 @@ impl<F> Template<F> {
         let out = (self.func)(store, vs, args)?;
         let created = store.joined_since(TRAINABLE_VARIABLES, since);
         if !created.is_empty() {
+            // The message lists the names: keep it short whatever they are.
+            let mut names: Vec<String> = created
+                .iter()
+                .take(SHOWN_NAMES)
+                .map(|n| crate::short::path(n))
+                .collect();
+            if created.len() > SHOWN_NAMES {
+                names.push(format!("… and {} more", created.len() - SHOWN_NAMES));
+            }
             return Err(Error::TemplateCreatedVariable {
-                template: self.name.clone(),
-                scope: vs.name().to_owned(),
-                names: created,
+                template: crate::short::name(&self.name),
+                scope: crate::short::path(vs.name()),
+                names,
             });
         }
         Ok(out)
