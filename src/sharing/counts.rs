@@ -61,7 +61,7 @@ impl NameCounts {
         };
         let reset = tree
             .parent_of(key)
-            .is_some_and(|p| self.closed_after(tree, p, meta.opened_at - 1));
+            .is_some_and(|p| self.closed_after(tree, p, meta.opened_at.saturating_sub(1)));
         if reset { 0 } else { meta.count }
     }
 
