@@ -108,3 +108,13 @@ impl ScopeTree {
         self.arena().scope(scope)?.vars().find(sym)
     }
 }
+
+impl ScopeTree {
+    /// The owner scope and name symbol of a live variable, in one slot read.
+    /// O(1).
+    #[inline]
+    pub(crate) fn var_place(&self, key: VarKey) -> Option<(ScopeKey, Sym)> {
+        let slot = self.arena().var(key)?;
+        Some((slot.owner()?, slot.name()))
+    }
+}

@@ -6,13 +6,15 @@ use std::any::{Any, TypeId, type_name};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::arena::{ScopeId, VarId};
+use crate::arena::{ScopeId, ScopeKey, VarId, VarKey};
 use crate::error::Error;
 use crate::sharing::collections::{GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES};
 use crate::sharing::init::{ErasedInit, InitKind, Initializer};
+use crate::sharing::path::Path;
 use crate::sharing::scope::{Reuse, VarScope};
 use crate::sharing::shape::{HasShape, Shape};
-use crate::sharing::store::{VarMeta, VariableStore, split_path};
+use crate::sharing::store::VariableStore;
+use crate::short;
 use crate::tree::ScopeTree;
 
 /// What one `get_variable` call asks for: the name (relative to the scope),
@@ -29,7 +31,7 @@ use crate::tree::ScopeTree;
 /// assert_eq!(spec.name(), "w");
 /// ```
 pub struct VarSpec<T> {
-    name: String,
+    name: SpecName,
     shape: Option<Shape>,
     init: Option<Initializer<T>>,
     trainable: Option<bool>,
@@ -41,7 +43,7 @@ pub struct VarSpec<T> {
 impl<T> fmt::Debug for VarSpec<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("VarSpec")
-            .field("name", &self.name)
+            .field("name", &self.name.as_str())
             .field("shape", &self.shape)
             .field("initializer", &self.init)
             .field("trainable", &self.trainable)
@@ -54,15 +56,18 @@ impl<T> fmt::Debug for VarSpec<T> {
 
 impl<T> VarSpec<T> {
     /// A spec for the variable `name`, relative to the scope it is asked in
-    /// (it may contain `/`: `"a/b"` is `b` in the sub-scope `a`). O(1).
+    /// (it may contain `/`: `"a/b"` is `b` in the sub-scope `a`). A name of
+    /// up to 22 bytes is kept inline, so building a spec allocates nothing.
+    /// O(len).
     ///
     /// ```
     /// use scopetree::sharing::VarSpec;
     /// assert_eq!(VarSpec::<f32>::new("v").name(), "v");
+    /// assert_eq!(VarSpec::<f32>::new(format!("w{}", 3)).name(), "w3");
     /// ```
-    pub fn new(name: impl Into<String>) -> Self {
+    pub fn new(name: impl AsRef<str>) -> Self {
         VarSpec {
-            name: name.into(),
+            name: SpecName::new(name.as_ref()),
             shape: None,
             init: None,
             trainable: None,
@@ -79,7 +84,7 @@ impl<T> VarSpec<T> {
     /// assert_eq!(VarSpec::<u8>::new("b").name(), "b");
     /// ```
     pub fn name(&self) -> &str {
-        &self.name
+        self.name.as_str()
     }
 
     /// The expected shape: checked against the held value on reuse and
@@ -165,6 +170,39 @@ impl<T> VarSpec<T> {
     pub fn custom_getter(mut self, getter: CustomGetter) -> Self {
         self.getter = Some(getter);
         self
+    }
+}
+
+/// The name of a [`VarSpec`]: inline up to [`SpecName::INLINE`] bytes.
+#[derive(Clone)]
+enum SpecName {
+    Inline {
+        len: u8,
+        bytes: [u8; SpecName::INLINE],
+    },
+    Heap(Box<str>),
+}
+
+impl SpecName {
+    const INLINE: usize = 22;
+
+    fn new(name: &str) -> Self {
+        match u8::try_from(name.len()) {
+            Ok(len) if name.len() <= Self::INLINE => {
+                let mut bytes = [0; Self::INLINE];
+                bytes[..name.len()].copy_from_slice(name.as_bytes());
+                SpecName::Inline { len, bytes }
+            }
+            _ => SpecName::Heap(name.into()),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            SpecName::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)])
+                .expect("an inline spec name is copied whole from a `str`"),
+            SpecName::Heap(s) => s,
+        }
     }
 }
 
@@ -390,307 +428,244 @@ impl NextGetter<'_> {
     /// ```
     pub fn get(self, store: &mut VariableStore, args: GetterArgs) -> Result<VarId, Error> {
         match self.rest.split_last() {
-            Some((getter, rest)) => (getter.0)(store, args, NextGetter { rest }),
-            None => store.true_getter(args),
+            Some((getter, rest)) => {
+                let getter = &getter.0;
+                store.guarded(|store| getter(store, args, NextGetter { rest }))
+            }
+            None => true_getter(store, args),
         }
     }
 }
 
-impl VariableStore {
-    /// Gets the variable `spec.name` of the scope `scope`, or creates it:
-    /// TensorFlow 1's `tf.get_variable`, with its four cases:
-    ///
-    /// | variable | scope's reuse mode | result |
-    /// |---|---|---|
-    /// | exists | `Inherit` (create only) | [`Error::VariableExists`], which suggests the reuse modes |
-    /// | exists | `Reuse` or `AutoReuse` | the same handle, after checking the held type ([`Error::ShareTypeMismatch`]) and shape ([`Error::ShapeMismatch`]) |
-    /// | absent | `Reuse` | [`Error::VariableMissing`] |
-    /// | absent | `Inherit` or `AutoReuse` | created with the initializer |
-    ///
-    /// The name resolves to the full name `{scope.name()}/{spec.name}` and
-    /// exactly there: parents are *not* searched. (Searching parents is
-    /// [`ScopeTree::find_var`]'s job; both exist, under distinct names.)
-    /// Custom getters of the scope (or the spec's own) run first, on create
-    /// and on reuse alike. On reuse the spec's initializer, trainable flag and
-    /// collections are ignored, as in TensorFlow.
-    ///
-    /// O(depth) to resolve the full name, plus the
-    /// initializer on create and O(number of collections) to record it.
-    ///
-    /// # Errors
-    /// The four cases above; [`Error::InitializerRequired`] when creating with
-    /// no initializer; [`Error::ConstantWithShape`], [`Error::ShapeRequired`]
-    /// and [`Error::InitShapeMismatch`] for an initializer that does not fit
-    /// the spec; [`Error::InvalidName`] for an empty name or empty path
-    /// component; [`Error::StaleScope`] or [`Error::ForeignScope`] if
-    /// `scope`'s place was deleted or belongs to another store; and whatever a
-    /// custom getter returns.
-    ///
-    /// ```
-    /// use scopetree::{Error, sharing::{Initializer, Reuse, ScopeOpts, VariableStore, VarSpec}};
-    /// let mut store = VariableStore::new();
-    /// let root = store.root_scope();
-    /// let spec = || VarSpec::new("w").initializer(Initializer::constant(vec![0.0_f32; 2]));
-    /// let w = store.variable_scope(&root, "layer", ScopeOpts::new(), |store, vs| {
-    ///     store.get_variable(vs, VarSpec::new("w").initializer(Initializer::constant(vec![0.0_f32; 2])))
-    /// })?;
-    /// assert_eq!(store.full_name(w)?, "layer/w");
-    /// let again = store.variable_scope(&root, "layer", Reuse::Reuse, |store, vs| {
-    ///     store.get_variable(vs, VarSpec::<Vec<f32>>::new("w").shape([2]))
-    /// })?;
-    /// assert_eq!(again, w);
-    /// let err = store.variable_scope(&root, "layer", ScopeOpts::new(), |s, vs| s.get_variable(vs, spec()));
-    /// assert!(matches!(err, Err(Error::VariableExists { .. })));
-    /// # Ok::<(), scopetree::Error>(())
-    /// ```
-    pub fn get_variable<T>(&mut self, scope: &VarScope, spec: VarSpec<T>) -> Result<VarId, Error>
-    where
-        T: HasShape + Send + Sync + 'static,
-    {
-        self.get_variable_impl(scope, spec, false)
-    }
-
-    /// Gets or creates a *local* variable (TensorFlow's
-    /// `get_local_variable`): as [`get_variable`](Self::get_variable), but the
-    /// variable is never trainable and joins [`LOCAL_VARIABLES`] (after the
-    /// spec's collections, if any) instead of [`GLOBAL_VARIABLES`].
-    /// Same cost as `get_variable`: O(depth) plus the
-    /// initializer on create.
-    ///
-    /// # Errors
-    /// As [`get_variable`](Self::get_variable).
-    ///
-    /// ```
-    /// use scopetree::sharing::{Initializer, VariableStore, VarSpec};
-    /// let mut store = VariableStore::new();
-    /// let root = store.root_scope();
-    /// let step = store.get_local_variable(&root, VarSpec::new("step").initializer(Initializer::constant(0_u64)))?;
-    /// assert_eq!(store.local_variables(None)?, [("step".to_string(), step)]);
-    /// assert!(store.trainable_variables(None)?.is_empty());
-    /// # Ok::<(), scopetree::Error>(())
-    /// ```
-    pub fn get_local_variable<T>(
-        &mut self,
-        scope: &VarScope,
-        spec: VarSpec<T>,
-    ) -> Result<VarId, Error>
-    where
-        T: HasShape + Send + Sync + 'static,
-    {
-        self.get_variable_impl(scope, spec, true)
-    }
-
-    fn get_variable_impl<T>(
-        &mut self,
-        scope: &VarScope,
-        spec: VarSpec<T>,
-        local: bool,
-    ) -> Result<VarId, Error>
-    where
-        T: HasShape + Send + Sync + 'static,
-    {
-        self.tree.check_scope(scope.place)?;
-        // A '/' is fine in the name: it names a sub-scope.
-        split_path(&spec.name)?;
-        let reuse = spec.reuse.or(scope.reuse);
-        let name = if scope.name.is_empty() {
-            spec.name
-        } else {
-            format!("{}/{}", scope.name, spec.name)
-        };
-        let init = spec
-            .init
-            .as_ref()
-            .or_else(|| scope.initializer::<T>())
-            .map(Initializer::erase);
-        let (trainable, collections) = if local {
-            let mut c = spec.collections.unwrap_or_default();
-            c.push(LOCAL_VARIABLES.to_owned());
-            (false, c)
-        } else {
-            let trainable = spec.trainable.or(scope.trainable).unwrap_or(true);
-            let mut c = spec
-                .collections
-                .unwrap_or_else(|| vec![GLOBAL_VARIABLES.to_owned()]);
-            if trainable && !c.iter().any(|c| c == TRAINABLE_VARIABLES) {
-                c.push(TRAINABLE_VARIABLES.to_owned());
+/// `get_variable` and `get_local_variable`: the fast path for an existing
+/// variable without custom getters (no string is built), else the getter
+/// chain down to [`true_getter`].
+pub(crate) fn get_variable<T>(
+    store: &mut VariableStore,
+    scope: &VarScope,
+    spec: VarSpec<T>,
+    local: bool,
+) -> Result<VarId, Error>
+where
+    T: HasShape + Send + Sync + 'static,
+{
+    let base = store.tree().check_scope(scope.place)?;
+    // A '/' is fine in the name: it names a sub-scope.
+    let path = Path::parse(spec.name.as_str())?;
+    let reuse = spec.reuse.or(scope.reuse);
+    if spec.getter.is_none() && scope.getters.is_empty() {
+        let (dirs, leaf) = path.split_leaf();
+        if let Some(var) = store.locate(base, dirs, leaf) {
+            if spec.shape.is_some() {
+                let kind = match &spec.init {
+                    Some(i) => Some(i.kind()),
+                    None => scope.initializer::<T>().map(Initializer::kind),
+                };
+                if kind == Some(InitKind::Constant) {
+                    let owner = store.tree().owner_of(var).unwrap_or(base);
+                    return Err(constant_with_shape(store.tree(), leaf, owner));
+                }
             }
-            (trainable, c)
-        };
-        let args = GetterArgs {
+            return check_share(store, var, reuse, &TypeInfo::of::<T>(), spec.shape.as_ref());
+        }
+    }
+    let name = crate::sharing::path::join(&scope.name, path.as_str());
+    let init = spec
+        .init
+        .as_ref()
+        .or_else(|| scope.initializer::<T>())
+        .map(Initializer::erase);
+    let (trainable, collections) = if local {
+        let mut c = spec.collections.unwrap_or_default();
+        c.push(LOCAL_VARIABLES.to_owned());
+        (false, c)
+    } else {
+        let trainable = spec.trainable.or(scope.trainable).unwrap_or(true);
+        let mut c = spec
+            .collections
+            .unwrap_or_else(|| vec![GLOBAL_VARIABLES.to_owned()]);
+        if trainable && !c.iter().any(|c| c == TRAINABLE_VARIABLES) {
+            c.push(TRAINABLE_VARIABLES.to_owned());
+        }
+        (trainable, c)
+    };
+    let args = GetterArgs {
+        name,
+        shape: spec.shape,
+        trainable,
+        reuse,
+        collections,
+        ty: TypeInfo::of::<T>(),
+        init,
+        base: (scope.place, Arc::clone(&scope.name)),
+    };
+    let rest = match &spec.getter {
+        Some(g) => std::slice::from_ref(g),
+        None => &scope.getters[..],
+    };
+    NextGetter { rest }.get(store, args)
+}
+
+fn constant_with_shape(tree: &ScopeTree, leaf: &str, owner: ScopeKey) -> Error {
+    Error::ConstantWithShape {
+        name: short::name(leaf),
+        scope: short::path(&tree.path_of(owner)),
+    }
+}
+
+/// Where the true getter looks: the scope to start from, and the path of
+/// the variable relative to it.
+fn locate_start<'a>(
+    store: &VariableStore,
+    args: &GetterArgs,
+    path: Path<'a>,
+) -> (ScopeKey, Path<'a>) {
+    let (base, base_name) = (&args.base.0, &*args.base.1);
+    let base_live = store.tree().contains_scope(*base);
+    if base_live && base_name.is_empty() {
+        return (base.key, path);
+    }
+    match path.strip_base(base_name) {
+        Some(rel) if base_live => (base.key, rel),
+        _ => (store.tree().root_key(), path),
+    }
+}
+
+/// The end of every getter chain: TensorFlow's `_true_getter` /
+/// `_get_single_variable`: locate, then share or create.
+pub(crate) fn true_getter(store: &mut VariableStore, args: GetterArgs) -> Result<VarId, Error> {
+    let path = Path::parse(&args.name)?;
+    let (start, rel) = locate_start(store, &args, path);
+    let (dirs, leaf) = rel.split_leaf();
+    let scope_path = || path.split_leaf().0.map_or("", Path::as_str);
+    if let Some(init) = &args.init {
+        if init.kind == InitKind::Constant && args.shape.is_some() {
+            return Err(Error::ConstantWithShape {
+                name: short::name(leaf),
+                scope: short::path(scope_path()),
+            });
+        }
+    }
+    match store.locate(start, dirs, leaf) {
+        Some(var) => check_share(store, var, args.reuse, &args.ty, args.shape.as_ref()),
+        None => create(store, &args, start, (dirs, leaf), scope_path()),
+    }
+}
+
+/// Cases 1 and 2: the variable exists.
+fn check_share(
+    store: &VariableStore,
+    var: VarKey,
+    reuse: Reuse,
+    ty: &TypeInfo,
+    want: Option<&Shape>,
+) -> Result<VarId, Error> {
+    let tree = store.tree();
+    let id = tree.var_id(var);
+    let describe = || {
+        let (owner, sym) = tree.var_place(var).unwrap_or((tree.root_key(), 0));
+        (
+            short::name(tree.sym_text(sym)),
+            short::path(&tree.path_of(owner)),
+        )
+    };
+    if reuse == Reuse::Inherit {
+        let (name, scope) = describe();
+        return Err(Error::VariableExists { name, scope });
+    }
+    let meta = || store.var_meta(var);
+    let type_ok = (ty.holds)(tree, id) || {
+        // Not a `T`: either another type, or no value (then the type it was
+        // created with decides).
+        tree.type_name(id)?.is_none() && meta().is_none_or(|m| m.type_id == ty.id)
+    };
+    if !type_ok {
+        let held = tree.type_name(id)?;
+        let (name, scope) = describe();
+        return Err(Error::ShareTypeMismatch {
             name,
-            shape: spec.shape,
-            trainable,
-            reuse,
-            collections,
-            ty: TypeInfo::of::<T>(),
-            init,
-            base: (scope.place, Arc::clone(&scope.name)),
-        };
-        match &spec.getter {
-            Some(g) => NextGetter {
-                rest: std::slice::from_ref(g),
-            }
-            .get(self, args),
-            None => NextGetter {
-                rest: &scope.getters,
-            }
-            .get(self, args),
-        }
+            scope,
+            expected: ty.name,
+            found: held.or(meta().map(|m| m.type_name)).unwrap_or("?"),
+        });
     }
-
-    /// The end of every getter chain: TensorFlow's `_true_getter` /
-    /// `_get_single_variable`.
-    pub(crate) fn true_getter(&mut self, args: GetterArgs) -> Result<VarId, Error> {
-        let comps = split_path(&args.name)?;
-        let Some((last, dirs)) = comps.split_last() else {
-            return Err(Error::InvalidName {
-                name: String::new(),
-                reason: crate::error::InvalidNameReason::Empty,
-            });
-        };
-        let scope_path = dirs.join("/");
-        // Start at the calling scope when the name still lies under it.
-        let (base, base_name) = (&args.base.0, &*args.base.1);
-        let base_depth = if base_name.is_empty() {
-            Some(0)
-        } else if args.name.len() > base_name.len()
-            && args.name.starts_with(base_name)
-            && args.name.as_bytes()[base_name.len()] == b'/'
-        {
-            Some(base_name.split('/').count())
-        } else {
-            None
-        };
-        let (start, rel) = match base_depth {
-            Some(d) if self.tree.contains_scope(*base) && d <= dirs.len() => (base.key, &dirs[d..]),
-            _ => (self.tree.root_key(), dirs),
-        };
-
-        if let Some(init) = &args.init {
-            if init.kind == InitKind::Constant && args.shape.is_some() {
-                return Err(Error::ConstantWithShape {
-                    name: (*last).to_owned(),
-                    scope: scope_path,
-                });
-            }
-        }
-
-        let found = match self.resolve(start, rel)? {
-            Some(s) => self.tree.find_local_var(self.tree.scope_id(s), *last)?,
-            None => None,
-        };
-        if let Some(var) = found {
-            return self.share(var, &args, last, scope_path);
-        }
-
-        if args.reuse == Reuse::Reuse {
-            return Err(Error::VariableMissing {
-                name: (*last).to_owned(),
-                scope: scope_path,
-            });
-        }
-        let Some(init) = &args.init else {
-            return Err(Error::InitializerRequired {
-                name: (*last).to_owned(),
-                scope: scope_path,
-                value_type: args.ty.name,
-            });
-        };
-        let dims = match init.kind {
-            InitKind::Shaped => match args.shape.as_ref().and_then(Shape::to_vec) {
-                Some(d) => d,
-                None => {
-                    return Err(Error::ShapeRequired {
-                        name: (*last).to_owned(),
-                        scope: scope_path,
-                        shape: args
-                            .shape
-                            .as_ref()
-                            .map_or_else(|| "unknown".to_owned(), ToString::to_string),
-                    });
-                }
-            },
-            InitKind::Constant | InitKind::NoArgs => Vec::new(),
-        };
-        let (shape, payload) = (init.make)(&dims);
-        if let Some(want) = &args.shape {
-            if !want.is_compatible_with(&shape) {
-                return Err(Error::InitShapeMismatch {
-                    name: (*last).to_owned(),
-                    scope: scope_path,
+    if let Some(want) = want {
+        let found = (ty.shape_of)(tree, id).or_else(|| meta().map(|m| m.shape.clone()));
+        if let Some(found) = found {
+            if !want.is_compatible_with(&found) {
+                let (name, scope) = describe();
+                return Err(Error::ShapeMismatch {
+                    name,
+                    scope,
                     expected: want.to_string(),
-                    found: shape.to_string(),
+                    found: found.to_string(),
                 });
             }
         }
-        let place = self.resolve_or_create(start, rel)?;
-        let var = self.tree.create_var(self.tree.scope_id(place), *last)?;
-        self.tree.var_slot_mut(var)?.value = Some(payload);
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let mut joined: Vec<&str> = Vec::with_capacity(args.collections.len());
-        for c in &args.collections {
-            if !joined.contains(&c.as_str()) {
-                joined.push(c);
-                self.push_member(c, seq, var.key);
-            }
-        }
-        self.var_meta.insert(
-            var.key,
-            VarMeta {
-                shape,
-                trainable: args.trainable,
-                type_id: args.ty.id,
-                type_name: args.ty.name,
-                entries: joined.len(),
-            },
-        );
-        Ok(var)
     }
+    Ok(id)
+}
 
-    /// Cases 1 and 2: the variable exists.
-    fn share(
-        &self,
-        var: VarId,
-        args: &GetterArgs,
-        last: &str,
-        scope_path: String,
-    ) -> Result<VarId, Error> {
-        if args.reuse == Reuse::Inherit {
-            return Err(Error::VariableExists {
-                name: last.to_owned(),
-                scope: scope_path,
-            });
-        }
-        let meta = self.var_meta.get(var.key);
-        let held = self.tree.type_name(var)?;
-        let type_ok = match held {
-            Some(_) => (args.ty.holds)(&self.tree, var),
-            None => meta.is_none_or(|m| m.type_id == args.ty.id),
-        };
-        if !type_ok {
-            return Err(Error::ShareTypeMismatch {
-                name: last.to_owned(),
-                scope: scope_path,
-                expected: args.ty.name,
-                found: held.or(meta.map(|m| m.type_name)).unwrap_or("?"),
-            });
-        }
-        if let Some(want) = &args.shape {
-            let found =
-                (args.ty.shape_of)(&self.tree, var).or_else(|| meta.map(|m| m.shape.clone()));
-            if let Some(found) = found {
-                if !want.is_compatible_with(&found) {
-                    return Err(Error::ShapeMismatch {
-                        name: last.to_owned(),
-                        scope: scope_path,
-                        expected: want.to_string(),
-                        found: found.to_string(),
-                    });
-                }
-            }
-        }
-        Ok(var)
+/// Cases 3 and 4: the variable is absent.
+fn create(
+    store: &mut VariableStore,
+    args: &GetterArgs,
+    start: ScopeKey,
+    (dirs, leaf): (Option<Path<'_>>, &str),
+    scope_path: &str,
+) -> Result<VarId, Error> {
+    if args.reuse == Reuse::Reuse {
+        return Err(Error::VariableMissing {
+            name: short::name(leaf),
+            scope: short::path(scope_path),
+        });
     }
+    let Some(init) = &args.init else {
+        return Err(Error::InitializerRequired {
+            name: short::name(leaf),
+            scope: short::path(scope_path),
+            value_type: args.ty.name,
+        });
+    };
+    let dims = match init.kind {
+        InitKind::Shaped => match args.shape.as_ref().and_then(Shape::to_vec) {
+            Some(d) => d,
+            None => {
+                return Err(Error::ShapeRequired {
+                    name: short::name(leaf),
+                    scope: short::path(scope_path),
+                    shape: args
+                        .shape
+                        .as_ref()
+                        .map_or_else(|| "unknown".to_owned(), ToString::to_string),
+                });
+            }
+        },
+        InitKind::Constant | InitKind::NoArgs => Vec::new(),
+    };
+    // The initializer runs before anything is created: if it panics, the
+    // store is untouched.
+    let (shape, payload) = (init.make)(&dims);
+    if let Some(want) = &args.shape {
+        if !want.is_compatible_with(&shape) {
+            return Err(Error::InitShapeMismatch {
+                name: short::name(leaf),
+                scope: short::path(scope_path),
+                expected: want.to_string(),
+                found: shape.to_string(),
+            });
+        }
+    }
+    let place = store.resolve_or_create(start, dirs)?;
+    let var = store.create_var_with(place, leaf, payload)?;
+    let leaf_at = args.name.len() - leaf.len();
+    store.record_new_var(
+        var.key,
+        place,
+        &args.name,
+        leaf_at,
+        &args.collections,
+        (shape, args.trainable, args.ty.id, args.ty.name),
+    );
+    Ok(var)
 }

@@ -141,6 +141,11 @@ impl<T: Send + Sync + 'static> Initializer<T> {
     }
 
     /// Type-erases this initializer for the getter chain.
+    /// How this initializer is called. O(1).
+    pub(crate) fn kind(&self) -> InitKind {
+        self.kind
+    }
+
     pub(crate) fn erase(&self) -> ErasedInit
     where
         T: HasShape,

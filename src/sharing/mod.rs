@@ -4,12 +4,16 @@
 //!
 //! | file | holds |
 //! |---|---|
-//! | `store` | [`VariableStore`], its metadata, entering scopes, default-name counting |
+//! | `store` | [`VariableStore`]: entering scopes, `get_variable`, full-name lookups, collections listings, deletion, the journal frames that undo a panicking call |
+//! | `getter` | the true getter (locate, check the share, create), [`VarSpec`], [`CustomGetter`], [`GetterArgs`], [`NextGetter`] |
 //! | `scope` | [`VarScope`], [`Reuse`], [`ScopeOpts`] |
-//! | `getter` | [`get_variable`](VariableStore::get_variable), [`VarSpec`], [`CustomGetter`], [`GetterArgs`], [`NextGetter`] |
+//! | `counts` | `NameCounts`: TensorFlow's default-name counting, with the scan hints that make a default name O(1) amortised |
+//! | `journal` | the undo journal (counter changes, created scopes and variables) |
+//! | `index` | `FullNames`: full name → variable, checked against the tree on every hit |
+//! | `path` | `Path`: a checked full or relative name; the one owner of the `/` separator |
+//! | `collections` | `Collections`, [`GLOBAL_VARIABLES`] and friends |
 //! | `init` | [`Initializer`] |
 //! | `shape` | [`Shape`], [`HasShape`] |
-//! | `collections` | collections, [`GLOBAL_VARIABLES`] and friends |
 //! | `template` | [`Template`] |
 //!
 //! Two lookups coexist and differ on purpose:
@@ -31,8 +35,12 @@
 //! ```
 
 mod collections;
+mod counts;
 mod getter;
+mod index;
 mod init;
+mod journal;
+mod path;
 mod scope;
 mod shape;
 mod store;

@@ -1,34 +1,34 @@
-//! [`VariableStore`]: the sharing layer over a [`ScopeTree`], its per-scope
-//! and per-variable metadata, and entering scopes (named, default-named,
-//! re-entered) with TensorFlow's default-name counting.
+//! [`VariableStore`]: the sharing layer over a [`ScopeTree`], its per-variable
+//! metadata, entering scopes (named, default-named, re-entered), full-name
+//! lookups, collections listings and deletion.
+//!
+//! Every call that runs a closure of the caller (a scope body, a custom
+//! getter chain) runs it inside a journal frame: if the closure panics, the
+//! store undoes what the call did (counters, scopes and variables it created,
+//! their metadata and collection entries) and resumes the panic.
 
 use std::any::TypeId;
 use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::Arc;
 
 use slotmap::SecondaryMap;
-use smallvec::SmallVec;
 
+use crate::arena::Payload;
 use crate::arena::{ScopeId, ScopeKey, VarId, VarKey};
-use crate::error::{Error, InvalidNameReason};
+use crate::error::Error;
 use crate::names::validate_name;
-use crate::sharing::collections::Collection;
+use crate::sharing::collections::{
+    Collections, GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES,
+};
+use crate::sharing::counts::NameCounts;
+use crate::sharing::getter::{self, VarSpec};
+use crate::sharing::index::FullNames;
+use crate::sharing::journal::{Journal, Saved, Undo};
+use crate::sharing::path::Path;
 use crate::sharing::scope::{Reuse, ScopeOpts, VarScope};
-use crate::sharing::shape::Shape;
+use crate::sharing::shape::{HasShape, Shape};
 use crate::tree::ScopeTree;
-
-/// Default-name bookkeeping of one scope (TensorFlow's
-/// `variable_scopes_count` entry for its full name).
-///
-/// TensorFlow zeroes the counts of every sub-scope when a named scope exits.
-/// Here that is lazy: a scope's count is in force only if it was last opened
-/// after every strict ancestor last closed (`opened_at > closed_at` of each),
-/// so an exit is O(1) and a count read is O(depth).
-#[derive(Copy, Clone, Debug, Default)]
-pub(crate) struct ScopeMeta {
-    count: u32,
-    opened_at: u64,
-    closed_at: u64,
-}
 
 /// What the sharing layer knows of a variable it created.
 #[derive(Clone, Debug)]
@@ -39,8 +39,10 @@ pub(crate) struct VarMeta {
     pub(crate) type_id: TypeId,
     pub(crate) type_name: &'static str,
     /// How many collection entries the variable has (each becomes a dead
-    /// entry when it is deleted; see `maybe_compact`).
+    /// entry when it is deleted; see `Collections::maybe_compact`).
     pub(crate) entries: usize,
+    /// The full name it was created at (the key of its full-name index entry).
+    pub(crate) full: Arc<str>,
 }
 
 /// A variable store with TensorFlow-1-style sharing, over a [`ScopeTree`].
@@ -52,8 +54,8 @@ pub(crate) struct VarMeta {
 /// [`tree`](Self::tree) and [`tree_mut`](Self::tree_mut)).
 ///
 /// The store adds what TensorFlow keeps beside its variable dictionary:
-/// default-name counters per scope, and per variable its initial shape, value
-/// type, trainable flag and collections. These live in slotmap
+/// default-name counters per scope, per variable its initial shape, value
+/// type, trainable flag and collections, and an index of full names. These live in slotmap
 /// `SecondaryMap`s keyed by the tree's own generational keys, so an entry of
 /// a deleted scope or variable can never be read for a newer one that reuses
 /// the slot; every read also checks that the tree still holds the key.
@@ -70,19 +72,14 @@ pub(crate) struct VarMeta {
 /// # Ok::<(), scopetree::Error>(())
 /// ```
 pub struct VariableStore {
-    pub(crate) tree: ScopeTree,
-    scope_meta: SecondaryMap<ScopeKey, ScopeMeta>,
-    pub(crate) var_meta: SecondaryMap<VarKey, VarMeta>,
-    pub(crate) collections: Vec<Collection>,
-    pub(crate) next_seq: u64,
-    /// Dead entries left in the collection lists since the last compaction.
-    pub(crate) dead: usize,
-    clock: u64,
-    /// Old values of `scope_meta` entries changed while a captured scope is
-    /// re-entered, undone when it exits (TensorFlow restores a snapshot of
-    /// all counts there).
-    journal: Vec<(ScopeKey, Option<ScopeMeta>)>,
-    marks: Vec<usize>,
+    tree: ScopeTree,
+    counts: NameCounts,
+    journal: Journal,
+    var_meta: SecondaryMap<VarKey, VarMeta>,
+    collections: Collections,
+    /// Creation number of the next variable the store creates.
+    next_seq: u64,
+    names: FullNames,
 }
 
 const _: () = {
@@ -104,27 +101,6 @@ impl fmt::Debug for VariableStore {
             .field("collections", &self.collections.len())
             .finish()
     }
-}
-
-/// Splits a full or relative name on `/`, rejecting empty components.
-pub(crate) fn split_path(name: &str) -> Result<SmallVec<[&str; 8]>, Error> {
-    if name.is_empty() {
-        return Err(Error::InvalidName {
-            name: String::new(),
-            reason: InvalidNameReason::Empty,
-        });
-    }
-    let mut out = SmallVec::new();
-    for c in name.split('/') {
-        if c.is_empty() {
-            return Err(Error::InvalidName {
-                name: name.chars().take(64).collect(),
-                reason: InvalidNameReason::Empty,
-            });
-        }
-        out.push(c);
-    }
-    Ok(out)
 }
 
 impl VariableStore {
@@ -154,14 +130,12 @@ impl VariableStore {
     pub fn from_tree(tree: ScopeTree) -> Self {
         VariableStore {
             tree,
-            scope_meta: SecondaryMap::new(),
+            counts: NameCounts::default(),
+            journal: Journal::default(),
             var_meta: SecondaryMap::new(),
-            collections: Vec::new(),
+            collections: Collections::default(),
             next_seq: 0,
-            dead: 0,
-            clock: 0,
-            journal: Vec::new(),
-            marks: Vec::new(),
+            names: FullNames::default(),
         }
     }
 
@@ -178,7 +152,10 @@ impl VariableStore {
     /// The tree underneath, mutably: set values, make step scopes. Structural
     /// edits made here are safe (metadata of deleted scopes and variables is
     /// never read again) but [`delete_scope`](Self::delete_scope) also frees
-    /// that metadata at once. O(1).
+    /// that metadata at once, and frees the default names of the deleted
+    /// scopes (a default-named scope deleted here keeps its number taken
+    /// until its parent is entered anew). Edits made here inside a scope
+    /// body are not undone if the body panics. O(1).
     ///
     /// ```
     /// use scopetree::sharing::{Initializer, VariableStore, VarSpec};
@@ -217,6 +194,70 @@ impl VariableStore {
         VarScope::root(self.tree.root())
     }
 
+    // ----- journal frames ---------------------------------------------------
+
+    /// Runs `f` in a journal frame: if it panics, everything recorded in the
+    /// frame is undone and the panic resumed. O(1) plus `f`, plus
+    /// O(changes recorded) when the frame ends.
+    pub(crate) fn guarded<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        self.journal.begin(Some(Saved {
+            next_seq: self.next_seq,
+            collections: self.collections.len(),
+        }));
+        let depth = self.journal.depth();
+        match catch_unwind(AssertUnwindSafe(|| f(self))) {
+            Ok(out) => {
+                while self.journal.depth() >= depth {
+                    self.journal.commit();
+                }
+                out
+            }
+            Err(payload) => {
+                self.rollback(depth);
+                resume_unwind(payload)
+            }
+        }
+    }
+
+    /// Undoes the frames from the `depth`-th on, newest change first.
+    fn rollback(&mut self, depth: usize) {
+        let (undo, saved) = self.journal.rollback(depth);
+        for u in undo {
+            match u {
+                Undo::Count(k, old) => self.counts.restore(&self.tree, k, old),
+                Undo::NewVar(v) => self.unmake_var(v),
+                Undo::NewScope(k) => self.unmake_scope(k),
+            }
+        }
+        if let Some(saved) = saved {
+            self.next_seq = saved.next_seq;
+            self.collections.truncate(saved.collections);
+        }
+    }
+
+    fn unmake_var(&mut self, v: VarKey) {
+        if let Some(meta) = self.var_meta.remove(v) {
+            self.names.remove(&meta.full, v);
+            self.collections.pop(v, meta.entries);
+        }
+        if self.tree.var_is_live(v) {
+            let id = self.tree.var_id(v);
+            // A panicking `Drop` of the value: the tree has finished its
+            // bookkeeping; the first panic is the one resumed.
+            let _ = catch_unwind(AssertUnwindSafe(|| self.tree.remove_var(id)));
+        }
+    }
+
+    fn unmake_scope(&mut self, k: ScopeKey) {
+        if !self.tree.scope_is_live(k) {
+            return;
+        }
+        self.counts.kids_changed(&self.tree, k);
+        self.counts.forget(k);
+        let id = self.tree.scope_id(k);
+        let _ = catch_unwind(AssertUnwindSafe(|| self.tree.delete_scope(id)));
+    }
+
     // ----- entering scopes ------------------------------------------------
 
     /// Enters the named scope `name` under `current` and runs `f` in it
@@ -233,6 +274,12 @@ impl VariableStore {
     ///
     /// O(components + depth) plus `f`: each component is one O(1) named-kid
     /// probe, and opening the scope reads its ancestors' default-name counters.
+    ///
+    /// # Panics
+    /// If `f` panics, the panic is resumed after the store is put back as it
+    /// was before the call: default-name counters, re-entry state, and the
+    /// scopes, variables, metadata and collection entries the call created
+    /// (deletions made inside cannot be undone and stay).
     ///
     /// # Errors
     /// [`Error::InvalidName`] for an empty name or component;
@@ -258,12 +305,14 @@ impl VariableStore {
     ) -> Result<R, Error> {
         let opts = opts.into();
         let start = self.tree.check_scope(current.place)?;
-        let comps = split_path(name)?;
-        let place = self.resolve_or_create(start, &comps)?;
-        let reuse = opts.reuse.or(current.reuse);
-        let mut vs = current.child(self.tree.scope_id(place), name, reuse);
-        vs.apply(opts);
-        self.run_named(place, vs, f)
+        let path = Path::parse(name)?;
+        self.guarded(|s| {
+            let place = s.resolve_or_create(start, Some(path))?;
+            let reuse = opts.reuse.or(current.reuse);
+            let mut vs = current.child(s.tree.scope_id(place), name, reuse);
+            vs.apply(opts);
+            s.run_named(place, vs, f)
+        })
     }
 
     /// Enters a new scope named after `default_name`, made unique under
@@ -277,7 +326,14 @@ impl VariableStore {
     /// Otherwise as [`variable_scope`](Self::variable_scope), except that the
     /// reuse mode is always `current`'s.
     ///
-    /// O(depth × tries) to pick the name, plus `f`.
+    /// O(depth + len(default_name)) amortised to pick the name, however many
+    /// siblings the scope has (the scan for `default_name_N` resumes where
+    /// the last one under `current` stopped), plus `f`.
+    ///
+    /// # Panics
+    /// As [`variable_scope`](Self::variable_scope): a panic of `f` is resumed
+    /// after the call is undone, and the next default name is the same as if
+    /// the call had not been made.
     ///
     /// # Errors
     /// [`Error::ReuseWithoutName`] if `opts` asks for `Reuse` or `AutoReuse`;
@@ -307,17 +363,19 @@ impl VariableStore {
         let start = self.tree.check_scope(current.place)?;
         if opts.reuse != Reuse::Inherit {
             return Err(Error::ReuseWithoutName {
-                default_name: default_name.to_owned(),
-                scope: self.tree.path_of(start),
+                default_name: crate::short::name(default_name),
+                scope: crate::short::path(&self.tree.path_of(start)),
                 reuse: opts.reuse,
             });
         }
         validate_name(default_name)?;
-        let name = self.unique_scope_name(start, default_name)?;
-        let place = self.resolve_or_create(start, &[name.as_str()])?;
-        let mut vs = current.child(self.tree.scope_id(place), &name, current.reuse);
-        vs.apply(opts);
-        self.run_named(place, vs, f)
+        self.guarded(|s| {
+            let name = s.counts.unique_name(&s.tree, start, default_name);
+            let place = s.resolve_or_create(start, Some(Path::parse(&name)?))?;
+            let mut vs = current.child(s.tree.scope_id(place), &name, current.reuse);
+            vs.apply(opts);
+            s.run_named(place, vs, f)
+        })
     }
 
     fn run_named<R>(
@@ -326,9 +384,10 @@ impl VariableStore {
         mut vs: VarScope,
         f: impl FnOnce(&mut Self, &mut VarScope) -> Result<R, Error>,
     ) -> Result<R, Error> {
-        self.open(place);
+        self.counts.open(&self.tree, place, &mut self.journal);
         let out = f(self, &mut vs);
-        self.close_subscopes(place);
+        self.counts
+            .close_subscopes(&self.tree, place, &mut self.journal);
         out
     }
 
@@ -343,6 +402,9 @@ impl VariableStore {
     /// Default-name counters changed inside are restored on exit, as
     /// TensorFlow restores them when leaving a re-entered scope. O(depth)
     /// plus `f` plus O(counter changes inside) on exit.
+    ///
+    /// # Panics
+    /// As [`variable_scope`](Self::variable_scope).
     ///
     /// # Errors
     /// [`Error::StaleScope`] if the captured scope was deleted;
@@ -371,157 +433,74 @@ impl VariableStore {
     ) -> Result<R, Error> {
         let opts = opts.into();
         let place = self.tree.check_scope(captured.place)?;
-        self.open(place);
-        self.marks.push(self.journal.len());
-        let mut vs = captured.clone();
-        vs.reuse = opts.reuse.or(captured.reuse);
-        vs.apply(opts);
-        let out = f(self, &mut vs);
-        self.undo_to_mark();
-        out
-    }
-
-    // ----- default-name counting --------------------------------------------
-
-    fn scope_live(&self, key: ScopeKey) -> bool {
-        self.tree.scope_is_live(key)
-    }
-
-    /// The count of `key` in force (TensorFlow's `variable_scope_count`).
-    fn effective_count(&self, key: ScopeKey) -> u32 {
-        let Some(meta) = self.scope_meta.get(key) else {
-            return 0;
-        };
-        let reset_above = self.tree.ancestor_keys(key).skip(1).any(|k| {
-            self.scope_meta
-                .get(k)
-                .is_some_and(|m| m.closed_at >= meta.opened_at)
-        });
-        if reset_above { 0 } else { meta.count }
-    }
-
-    fn set_meta(&mut self, key: ScopeKey, meta: ScopeMeta) {
-        if !self.marks.is_empty() {
-            let old = self.scope_meta.get(key).copied();
-            self.journal.push((key, old));
-        }
-        self.scope_meta.insert(key, meta);
-    }
-
-    /// TensorFlow's `open_variable_scope`.
-    fn open(&mut self, key: ScopeKey) {
-        let count = self.effective_count(key);
-        let closed_at = self.scope_meta.get(key).map_or(0, |m| m.closed_at);
-        self.clock += 1;
-        self.set_meta(
-            key,
-            ScopeMeta {
-                count: count.saturating_add(1),
-                opened_at: self.clock,
-                closed_at,
-            },
-        );
-    }
-
-    /// TensorFlow's `close_variable_subscopes`: every strict descendant's
-    /// count drops to 0 (lazily, see [`ScopeMeta`]).
-    fn close_subscopes(&mut self, key: ScopeKey) {
-        if !self.scope_live(key) {
-            return;
-        }
-        let old = self.scope_meta.get(key).copied().unwrap_or_default();
-        self.clock += 1;
-        self.set_meta(
-            key,
-            ScopeMeta {
-                closed_at: self.clock,
-                ..old
-            },
-        );
-    }
-
-    fn undo_to_mark(&mut self) {
-        let Some(mark) = self.marks.pop() else {
-            return;
-        };
-        while self.journal.len() > mark {
-            let Some((key, old)) = self.journal.pop() else {
-                break;
-            };
-            if !self.scope_live(key) {
-                continue;
-            }
-            match old {
-                Some(m) => {
-                    self.scope_meta.insert(key, m);
-                }
-                None => {
-                    self.scope_meta.remove(key);
-                }
-            }
-        }
-    }
-
-    /// TensorFlow's `_get_unique_variable_scope`.
-    fn unique_scope_name(&self, parent: ScopeKey, prefix: &str) -> Result<String, Error> {
-        let pid = self.tree.scope_id(parent);
-        let count = |name: &str| -> Result<u32, Error> {
-            Ok(match self.tree.kid(pid, name)? {
-                Some(k) => self.effective_count(k.key),
-                None => 0,
-            })
-        };
-        if count(prefix)? == 0 {
-            return Ok(prefix.to_owned());
-        }
-        let mut idx = 1u64;
-        loop {
-            let name = format!("{prefix}_{idx}");
-            if count(&name)? == 0 {
-                return Ok(name);
-            }
-            idx += 1;
-        }
+        self.guarded(|s| {
+            s.counts.open(&s.tree, place, &mut s.journal);
+            s.journal.begin(None);
+            let mut vs = captured.clone();
+            vs.reuse = opts.reuse.or(captured.reuse);
+            vs.apply(opts);
+            let out = f(s, &mut vs);
+            let (counts, tree) = (&mut s.counts, &s.tree);
+            s.journal.end_mark(|k, old| counts.restore(tree, k, old));
+            out
+        })
     }
 
     // ----- names ------------------------------------------------------------
 
-    /// Follows named kids from `start`; `None` if one is missing.
-    pub(crate) fn resolve(
-        &self,
-        start: ScopeKey,
-        comps: &[&str],
-    ) -> Result<Option<ScopeKey>, Error> {
+    /// Follows named kids from `start` along `dirs`; `None` if one is
+    /// missing. O(len) per component, no allocation.
+    pub(crate) fn resolve(&self, start: ScopeKey, dirs: Option<Path<'_>>) -> Option<ScopeKey> {
         let mut k = start;
-        for c in comps {
-            match self.tree.kid(self.tree.scope_id(k), *c)? {
-                Some(s) => k = s.key,
-                None => return Ok(None),
-            }
+        for c in dirs.iter().flat_map(|d| d.components()) {
+            k = self.tree.kid_key(k, self.tree.sym_of(c)?)?;
         }
-        Ok(Some(k))
+        Some(k)
     }
 
-    /// Follows named kids from `start`, creating the missing ones.
+    /// The variable `leaf` of the scope at `dirs` under `start`. O(len) per
+    /// component, no allocation.
+    pub(crate) fn locate(
+        &self,
+        start: ScopeKey,
+        dirs: Option<Path<'_>>,
+        leaf: &str,
+    ) -> Option<VarKey> {
+        let scope = match dirs {
+            None => start,
+            Some(d) => self.resolve(start, Some(d))?,
+        };
+        self.tree.local_var_key(scope, self.tree.sym_of(leaf)?)
+    }
+
+    /// Follows named kids from `start` along `dirs`, creating the missing
+    /// ones (recorded in the journal). One walk.
     pub(crate) fn resolve_or_create(
         &mut self,
         start: ScopeKey,
-        comps: &[&str],
+        dirs: Option<Path<'_>>,
     ) -> Result<ScopeKey, Error> {
-        let mut k = self.tree.scope_id(start);
-        for c in comps {
-            k = match self.tree.kid(k, *c)? {
-                Some(s) => s,
-                None => self.tree.new_named_scope(k, *c)?,
+        let mut k = start;
+        for c in dirs.iter().flat_map(|d| d.components()) {
+            let found = self.tree.sym_of(c).and_then(|s| self.tree.kid_key(k, s));
+            k = match found {
+                Some(kid) => kid,
+                None => {
+                    let kid = self.tree.new_named_scope(self.tree.scope_id(k), c)?.key;
+                    self.journal.created(Undo::NewScope(kid));
+                    kid
+                }
             };
         }
-        Ok(k.key)
+        Ok(k)
     }
 
     /// The variable at the full name `full_name` (`encoder/layer_1/w`), if
     /// any: exactly that name, resolved from the root component by component,
-    /// never a parent's variable of the same local name. O(depth): one
-    /// O(1) named-kid probe per component.
+    /// never a parent's variable of the same local name. O(len) for a variable
+    /// `get_variable` created (one hash of the whole name in an index, checked
+    /// against the tree in O(1)); otherwise O(depth), one O(1) named-kid
+    /// probe per component.
     ///
     /// # Errors
     /// [`Error::InvalidName`] for an empty name or component.
@@ -538,14 +517,13 @@ impl VariableStore {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn variable(&self, full_name: &str) -> Result<Option<VarId>, Error> {
-        let comps = split_path(full_name)?;
-        let Some((last, dirs)) = comps.split_last() else {
-            return Ok(None);
-        };
-        match self.resolve(self.tree.root_key(), dirs)? {
-            Some(s) => self.tree.find_local_var(self.tree.scope_id(s), *last),
-            None => Ok(None),
+        if let Some(v) = self.names.get(&self.tree, full_name) {
+            return Ok(Some(self.tree.var_id(v)));
         }
+        let (dirs, leaf) = Path::parse(full_name)?.split_leaf();
+        Ok(self
+            .locate(self.tree.root_key(), dirs, leaf)
+            .map(|v| self.tree.var_id(v)))
     }
 
     /// The full name of a variable (its tree path, `encoder/w`). O(depth).
@@ -606,6 +584,353 @@ impl VariableStore {
         Ok(self.meta(var)?.map(|m| m.trainable))
     }
 
+    // ----- get_variable -------------------------------------------------------
+
+    /// Gets the variable `spec.name` of the scope `scope`, or creates it:
+    /// TensorFlow 1's `tf.get_variable`, with its four cases:
+    ///
+    /// | variable | scope's reuse mode | result |
+    /// |---|---|---|
+    /// | exists | `Inherit` (create only) | [`Error::VariableExists`], which suggests the reuse modes |
+    /// | exists | `Reuse` or `AutoReuse` | the same handle, after checking the held type ([`Error::ShareTypeMismatch`]) and shape ([`Error::ShapeMismatch`]) |
+    /// | absent | `Reuse` | [`Error::VariableMissing`] |
+    /// | absent | `Inherit` or `AutoReuse` | created with the initializer |
+    ///
+    /// The name resolves to the full name `{scope.name()}/{spec.name}` and
+    /// exactly there: parents are *not* searched. (Searching parents is
+    /// [`ScopeTree::find_var`]'s job; both exist, under distinct names.)
+    /// Custom getters of the scope (or the spec's own) run first, on create
+    /// and on reuse alike. On reuse the spec's initializer, trainable flag and
+    /// collections are ignored, as in TensorFlow.
+    ///
+    /// Cost: for an existing variable and no custom getter, O(len) per
+    /// component of `spec.name` (one name probe each, no string is built);
+    /// with custom getters, or on create, O(depth + len) to build and resolve
+    /// the full name, plus the initializer and O(number of collections) to
+    /// record a new variable.
+    ///
+    /// # Panics
+    /// If a custom getter or an initializer panics, the panic is resumed
+    /// after the variables the call created are undone.
+    ///
+    /// # Errors
+    /// The four cases above; [`Error::InitializerRequired`] when creating with
+    /// no initializer; [`Error::ConstantWithShape`], [`Error::ShapeRequired`]
+    /// and [`Error::InitShapeMismatch`] for an initializer that does not fit
+    /// the spec; [`Error::InvalidName`] for an empty name or empty path
+    /// component; [`Error::StaleScope`] or [`Error::ForeignScope`] if
+    /// `scope`'s place was deleted or belongs to another store; and whatever a
+    /// custom getter returns.
+    ///
+    /// ```
+    /// use scopetree::{Error, sharing::{Initializer, Reuse, ScopeOpts, VariableStore, VarSpec}};
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// let spec = || VarSpec::new("w").initializer(Initializer::constant(vec![0.0_f32; 2]));
+    /// let w = store.variable_scope(&root, "layer", ScopeOpts::new(), |store, vs| {
+    ///     store.get_variable(vs, VarSpec::new("w").initializer(Initializer::constant(vec![0.0_f32; 2])))
+    /// })?;
+    /// assert_eq!(store.full_name(w)?, "layer/w");
+    /// let again = store.variable_scope(&root, "layer", Reuse::Reuse, |store, vs| {
+    ///     store.get_variable(vs, VarSpec::<Vec<f32>>::new("w").shape([2]))
+    /// })?;
+    /// assert_eq!(again, w);
+    /// let err = store.variable_scope(&root, "layer", ScopeOpts::new(), |s, vs| s.get_variable(vs, spec()));
+    /// assert!(matches!(err, Err(Error::VariableExists { .. })));
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn get_variable<T>(&mut self, scope: &VarScope, spec: VarSpec<T>) -> Result<VarId, Error>
+    where
+        T: HasShape + Send + Sync + 'static,
+    {
+        getter::get_variable(self, scope, spec, false)
+    }
+
+    /// Gets or creates a *local* variable (TensorFlow's
+    /// `get_local_variable`): as [`get_variable`](Self::get_variable), but the
+    /// variable is never trainable and joins [`LOCAL_VARIABLES`] (after the
+    /// spec's collections, if any) instead of [`GLOBAL_VARIABLES`].
+    /// Same cost as `get_variable`: O(depth) plus the
+    /// initializer on create.
+    ///
+    /// # Errors
+    /// As [`get_variable`](Self::get_variable).
+    ///
+    /// ```
+    /// use scopetree::sharing::{Initializer, VariableStore, VarSpec};
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// let step = store.get_local_variable(&root, VarSpec::new("step").initializer(Initializer::constant(0_u64)))?;
+    /// assert_eq!(store.local_variables(None)?, [("step".to_string(), step)]);
+    /// assert!(store.trainable_variables(None)?.is_empty());
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn get_local_variable<T>(
+        &mut self,
+        scope: &VarScope,
+        spec: VarSpec<T>,
+    ) -> Result<VarId, Error>
+    where
+        T: HasShape + Send + Sync + 'static,
+    {
+        getter::get_variable(self, scope, spec, true)
+    }
+
+    /// Creates the variable `leaf` in `place` holding `payload`. O(1).
+    pub(crate) fn create_var_with(
+        &mut self,
+        place: ScopeKey,
+        leaf: &str,
+        payload: Box<dyn Payload>,
+    ) -> Result<VarId, Error> {
+        let var = self.tree.create_var(self.tree.scope_id(place), leaf)?;
+        self.tree.var_slot_mut(var)?.value = Some(payload);
+        Ok(var)
+    }
+
+    /// The metadata of a variable the store created, if `var` is live. O(1).
+    pub(crate) fn var_meta(&self, var: VarKey) -> Option<&VarMeta> {
+        self.var_meta.get(var)
+    }
+
+    /// The creation number the next new variable gets. O(1).
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Records a variable the true getter just created at `full` (its local
+    /// name starts at byte `leaf_at`): journal, collections, metadata and the
+    /// full-name index. O(collections × number of collections).
+    pub(crate) fn record_new_var(
+        &mut self,
+        var: VarKey,
+        owner: ScopeKey,
+        full: &str,
+        leaf_at: usize,
+        collections: &[String],
+        meta: (Shape, bool, TypeId, &'static str),
+    ) {
+        self.journal.created(Undo::NewVar(var));
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let mut joined: Vec<&str> = Vec::with_capacity(collections.len());
+        for c in collections {
+            if !joined.contains(&c.as_str()) {
+                joined.push(c);
+                self.collections.push(c, seq, var);
+            }
+        }
+        let full: Arc<str> = Arc::from(full);
+        self.names
+            .insert(&self.tree, Arc::clone(&full), leaf_at, var, owner);
+        let (shape, trainable, type_id, type_name) = meta;
+        self.var_meta.insert(
+            var,
+            VarMeta {
+                shape,
+                trainable,
+                type_id,
+                type_name,
+                entries: joined.len(),
+                full,
+            },
+        );
+    }
+
+    // ----- collections ------------------------------------------------------
+
+    /// All collection entries, dead ones included (for tests). O(collections).
+    #[cfg(test)]
+    pub(crate) fn collection_entries(&self) -> usize {
+        self.collections.entries()
+    }
+
+    fn member_live(&self, var: VarKey) -> bool {
+        self.var_meta.contains_key(var) && self.tree.var_is_live(var)
+    }
+
+    /// The live members of `key` under scope `top` (every one if `None`).
+    fn members_under(
+        &self,
+        key: &str,
+        top: Option<ScopeKey>,
+    ) -> Result<Vec<(String, VarId)>, Error> {
+        let mut out = Vec::new();
+        for &(_, v) in self.collections.members(key) {
+            if !self.member_live(v) {
+                continue;
+            }
+            if let Some(top) = top {
+                let within = self
+                    .tree
+                    .owner_of(v)
+                    .is_some_and(|o| self.tree.is_within(o, top));
+                if !within {
+                    continue;
+                }
+            }
+            let id = self.tree.var_id(v);
+            out.push((self.tree.var_path(id)?, id));
+        }
+        Ok(out)
+    }
+
+    /// The variables of collection `key`, with their full names, in the order
+    /// they joined it (TensorFlow's `tf.get_collection(key, scope)`).
+    ///
+    /// With `scope: Some(path)`, only the variables at or below the scope of
+    /// that full name. Matching is on whole path components: `foo` selects
+    /// `foo/w` and `foo/bar/w` but never `foo_/w` or `foobar/w` (TensorFlow
+    /// matches a regular expression prefix instead, so its `"foo"` does pick
+    /// up `foo_1/w`). `Some("")` is the root: everything. An unknown
+    /// collection or scope gives an empty list.
+    ///
+    /// O(members × depth).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for an empty path component.
+    ///
+    /// ```
+    /// use scopetree::sharing::{Initializer, ScopeOpts, VariableStore, VarSpec, GLOBAL_VARIABLES};
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// for scope in ["foo", "foo_"] {
+    ///     store.variable_scope(&root, scope, ScopeOpts::new(), |s, vs| {
+    ///         s.get_variable(vs, VarSpec::new("w").initializer(Initializer::constant(0_u8)))
+    ///     })?;
+    /// }
+    /// let names: Vec<_> = store.collection(GLOBAL_VARIABLES, Some("foo"))?.into_iter().map(|(n, _)| n).collect();
+    /// assert_eq!(names, ["foo/w"]);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn collection(
+        &self,
+        key: &str,
+        scope: Option<&str>,
+    ) -> Result<Vec<(String, VarId)>, Error> {
+        let top = match scope {
+            None | Some("") => None,
+            Some(path) => match self.resolve(self.tree.root_key(), Some(Path::parse(path)?)) {
+                Some(k) => Some(k),
+                None => return Ok(Vec::new()),
+            },
+        };
+        self.members_under(key, top)
+    }
+
+    /// The variables of collection `key` at or below the variable scope
+    /// `scope` (TensorFlow's `VariableScope.get_collection`). O(members ×
+    /// depth).
+    ///
+    /// # Errors
+    /// [`Error::StaleScope`] or [`Error::ForeignScope`] if `scope`'s place was
+    /// deleted or belongs to another store.
+    ///
+    /// ```
+    /// use scopetree::sharing::{Initializer, ScopeOpts, VariableStore, VarSpec, TRAINABLE_VARIABLES};
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// let names = store.variable_scope(&root, "foo", ScopeOpts::new(), |s, vs| {
+    ///     s.get_variable(vs, VarSpec::new("a").initializer(Initializer::constant(0_u8)))?;
+    ///     s.get_variable(vs, VarSpec::new("b").trainable(false).initializer(Initializer::constant(0_u8)))?;
+    ///     s.scope_collection(vs, TRAINABLE_VARIABLES)
+    /// })?;
+    /// assert_eq!(names.len(), 1);
+    /// assert_eq!(names[0].0, "foo/a");
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn scope_collection(
+        &self,
+        scope: &VarScope,
+        key: &str,
+    ) -> Result<Vec<(String, VarId)>, Error> {
+        let top = self.tree.check_scope(scope.place)?;
+        let top = (top != self.tree.root_key()).then_some(top);
+        self.members_under(key, top)
+    }
+
+    /// [`GLOBAL_VARIABLES`] under `scope` (see [`collection`](Self::collection)).
+    /// O(members × depth).
+    ///
+    /// # Errors
+    /// As [`collection`](Self::collection).
+    ///
+    /// ```
+    /// use scopetree::sharing::{Initializer, VariableStore, VarSpec};
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// store.get_variable(&root, VarSpec::new("w").initializer(Initializer::constant(0_u8)))?;
+    /// assert_eq!(store.global_variables(None)?.len(), 1);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn global_variables(&self, scope: Option<&str>) -> Result<Vec<(String, VarId)>, Error> {
+        self.collection(GLOBAL_VARIABLES, scope)
+    }
+
+    /// [`TRAINABLE_VARIABLES`] under `scope` (see
+    /// [`collection`](Self::collection)). O(members × depth).
+    ///
+    /// # Errors
+    /// As [`collection`](Self::collection).
+    ///
+    /// ```
+    /// use scopetree::sharing::{Initializer, VariableStore, VarSpec};
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// store.get_variable(&root, VarSpec::new("w").initializer(Initializer::constant(0_u8)))?;
+    /// store.get_variable(&root, VarSpec::new("step").trainable(false).initializer(Initializer::constant(0_u8)))?;
+    /// assert_eq!(store.trainable_variables(None)?.len(), 1);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn trainable_variables(&self, scope: Option<&str>) -> Result<Vec<(String, VarId)>, Error> {
+        self.collection(TRAINABLE_VARIABLES, scope)
+    }
+
+    /// [`LOCAL_VARIABLES`] under `scope` (see [`collection`](Self::collection)).
+    /// O(members × depth).
+    ///
+    /// # Errors
+    /// As [`collection`](Self::collection).
+    ///
+    /// ```
+    /// use scopetree::sharing::{Initializer, VariableStore, VarSpec};
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// store.get_local_variable(&root, VarSpec::new("n").initializer(Initializer::constant(0_u8)))?;
+    /// assert_eq!(store.local_variables(None)?.len(), 1);
+    /// assert!(store.global_variables(None)?.is_empty());
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn local_variables(&self, scope: Option<&str>) -> Result<Vec<(String, VarId)>, Error> {
+        self.collection(LOCAL_VARIABLES, scope)
+    }
+
+    /// The names of the collections that have ever had a member, in the order
+    /// they were first used. O(collections).
+    ///
+    /// ```
+    /// use scopetree::sharing::{Initializer, VariableStore, VarSpec};
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// store.get_variable(&root, VarSpec::new("w").initializer(Initializer::constant(0_u8)))?;
+    /// assert_eq!(store.collection_names().collect::<Vec<_>>(), ["variables", "trainable_variables"]);
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn collection_names(&self) -> impl Iterator<Item = &str> {
+        self.collections.names()
+    }
+
+    /// Full names of the live members of `key` that joined at or after
+    /// creation number `since` (for the template check).
+    pub(crate) fn joined_since(&self, key: &str, since: u64) -> Vec<String> {
+        self.collections
+            .since(key, since)
+            .iter()
+            .filter(|&&(_, v)| self.member_live(v))
+            .filter_map(|&(_, v)| self.tree.var_path(self.tree.var_id(v)).ok())
+            .collect()
+    }
+
     // ----- deletion -----------------------------------------------------------
 
     /// Deletes `scope` with its sub-scopes and variables (as
@@ -641,16 +966,20 @@ impl VariableStore {
             scopes.push(s.key);
             vars.extend(self.tree.local_vars(s)?.map(|(_, v)| v.key));
         }
+        self.counts.kids_changed(&self.tree, k);
         self.tree.delete_scope(scope)?;
         for s in scopes {
-            self.scope_meta.remove(s);
+            self.counts.forget(s);
         }
         for v in vars {
             if let Some(meta) = self.var_meta.remove(v) {
-                self.dead += meta.entries;
+                self.names.remove(&meta.full, v);
+                self.collections.died(meta.entries);
             }
         }
-        self.maybe_compact();
+        let (var_meta, tree) = (&self.var_meta, &self.tree);
+        self.collections
+            .maybe_compact(|v| var_meta.contains_key(v) && tree.var_is_live(v));
         Ok(())
     }
 }

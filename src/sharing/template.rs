@@ -2,6 +2,7 @@
 //! reuses them on every later one (TensorFlow's `tf.make_template`).
 
 use std::fmt;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use crate::arena::VarId;
 use crate::error::Error;
@@ -10,6 +11,9 @@ use crate::sharing::collections::{GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_V
 use crate::sharing::getter::CustomGetter;
 use crate::sharing::scope::{Reuse, ScopeOpts, VarScope};
 use crate::sharing::store::VariableStore;
+
+/// How many created names a [`Error::TemplateCreatedVariable`] lists.
+const SHOWN_NAMES: usize = 1;
 
 /// A closure wrapped for variable sharing (TensorFlow's `tf.make_template`).
 ///
@@ -216,10 +220,10 @@ impl<F> Template<F> {
     /// The captured scope, checked to be alive in `store`.
     fn live_scope(&self, store: &VariableStore) -> Result<Option<&VarScope>, Error> {
         match &self.scope {
-            Some(vs) => match store.tree.check_scope(vs.place) {
+            Some(vs) => match store.tree().check_scope(vs.place) {
                 Ok(_) => Ok(Some(vs)),
                 Err(Error::StaleScope { scope }) => Err(Error::StaleTemplate {
-                    template: self.name.clone(),
+                    template: crate::short::name(&self.name),
                     scope,
                 }),
                 Err(e) => Err(e),
@@ -375,6 +379,11 @@ impl<F> Template<F> {
     /// variables (they stay in the store); the errors of entering a scope under
     /// `current`; and whatever `func` returns.
     ///
+    /// # Panics
+    /// If `func` panics, the panic is resumed after the store and the
+    /// template are put back as they were before the call (the scope it
+    /// would have captured, its variables, the default-name counters).
+    ///
     /// ```
     /// use scopetree::sharing::{Initializer, Template, VariableStore, VarScope, VarSpec};
     /// let mut store = VariableStore::new();
@@ -387,6 +396,28 @@ impl<F> Template<F> {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn call<A, R>(
+        &mut self,
+        store: &mut VariableStore,
+        current: &VarScope,
+        args: A,
+    ) -> Result<R, Error>
+    where
+        F: FnMut(&mut VariableStore, &mut VarScope, A) -> Result<R, Error>,
+    {
+        // The store undoes its own state if `func` panics; the template puts
+        // back the scope it captured and its `created` flag.
+        let (scope, created) = (self.scope.clone(), self.created);
+        match catch_unwind(AssertUnwindSafe(|| self.call_inner(store, current, args))) {
+            Ok(out) => out,
+            Err(payload) => {
+                self.scope = scope;
+                self.created = created;
+                resume_unwind(payload)
+            }
+        }
+    }
+
+    fn call_inner<A, R>(
         &mut self,
         store: &mut VariableStore,
         current: &VarScope,
@@ -429,14 +460,23 @@ impl<F> Template<F> {
             self.created = true;
             return Ok(out);
         }
-        let since = store.next_seq;
+        let since = store.next_seq();
         let out = (self.func)(store, vs, args)?;
         let created = store.joined_since(TRAINABLE_VARIABLES, since);
         if !created.is_empty() {
+            // The message lists the names: keep it short whatever they are.
+            let mut names: Vec<String> = created
+                .iter()
+                .take(SHOWN_NAMES)
+                .map(|n| crate::short::path(n))
+                .collect();
+            if created.len() > SHOWN_NAMES {
+                names.push(format!("… and {} more", created.len() - SHOWN_NAMES));
+            }
             return Err(Error::TemplateCreatedVariable {
-                template: self.name.clone(),
-                scope: vs.name().to_owned(),
-                names: created,
+                template: crate::short::name(&self.name),
+                scope: crate::short::path(vs.name()),
+                names,
             });
         }
         Ok(out)
