@@ -45,6 +45,7 @@
 //! | `step` | [`StepScopes`], [`StepVar`]: step scopes for RNNs and training loops |
 //! | `workers` | [`WorkerScope`], [`split_workers`](ScopeTree::split_workers): parallel workers |
 //! | `error` | [`Error`] |
+//! | [`checkpoint`] | save and load a tree, a subtree or a store as safetensors (feature `safetensors`, on by default) |
 //! | [`sharing`] | TensorFlow-1-style sharing: [`sharing::VariableStore`], `get_variable`, templates |
 //!
 //! See `docs/design.md` for the arena, handles, invariants and complexities.
@@ -53,6 +54,8 @@
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+#[cfg(feature = "safetensors")]
+pub mod checkpoint;
 mod dump;
 mod error;
 mod handle;
