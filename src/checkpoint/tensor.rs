@@ -576,3 +576,18 @@ pub(crate) fn convert_floats(from: Dtype, to: Dtype, bytes: &[u8]) -> Vec<u8> {
         _ => vals.iter().flat_map(|&v| v.to_le_bytes()).collect(),
     }
 }
+
+/// A [`Tensor`] can be a [`VariableStore`](crate::sharing::VariableStore)
+/// variable: its shape is checked on creation and reuse like any other.
+///
+/// ```
+/// use scopetree::{checkpoint::Tensor, sharing::{HasShape, Shape}};
+/// let t = Tensor::new(vec![2, 3], vec![0_u8; 6])?;
+/// assert_eq!(HasShape::shape(&t), Shape::new([2, 3]));
+/// # Ok::<(), scopetree::checkpoint::Error>(())
+/// ```
+impl<T> crate::sharing::HasShape for Tensor<T> {
+    fn shape(&self) -> crate::sharing::Shape {
+        crate::sharing::Shape::new(self.shape.iter().copied())
+    }
+}
