@@ -14,6 +14,10 @@ use super::{Separator, walk};
 use crate::names::FxHashMap;
 use crate::{ScopeId, ScopeTree, VarId, short};
 
+/// The read buffer: small tensors are read through it, large ones straight
+/// into their values.
+pub(crate) const READ_BUFFER: usize = 64 * 1024;
+
 /// Whether a load accepts a file tensor of another dtype than the variable.
 ///
 /// ```
@@ -429,7 +433,7 @@ pub(crate) fn apply(
 ) -> Result<LoadReport, Error> {
     let shown = path.to_string_lossy();
     let mut report = plan.report;
-    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut reader = BufReader::with_capacity(READ_BUFFER, file);
     let mut pos = reader.stream_position().map_err(Error::io(&shown))?;
     let mut log: Vec<Undo> = Vec::new();
     for (t, step) in plan.steps {
