@@ -51,7 +51,9 @@ fn hex(bytes: &[u8]) -> String {
 
 /// A tree with every dtype numpy has (all but bf16), names with `.`-free
 /// scopes so both separators round-trip.
-fn tree() -> (ScopeTree, Vec<(String, &'static str, Vec<usize>, Vec<u8>)>) {
+type Expected = Vec<(String, &'static str, Vec<usize>, Vec<u8>)>;
+
+fn tree() -> (ScopeTree, Expected) {
     use scopetree::checkpoint::Checkpointable;
     let mut t = ScopeTree::new();
     let enc = t.new_named_scope(t.root(), "encoder").unwrap();
