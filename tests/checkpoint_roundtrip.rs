@@ -569,3 +569,43 @@ fn stale_and_foreign_scopes_are_tree_errors() -> R {
     );
     Ok(())
 }
+
+#[test]
+fn a_filter_limits_both_sides_of_a_load() -> R {
+    let d = dir();
+    let (mut t, [w, b, o]) = small()?;
+    let keep = |k: &str| k.starts_with("enc/");
+    let path = d.path().join("f");
+    let r = checkpoint::save(&t, t.root(), &path, &SaveOptions::new().filter(keep))?;
+    assert_eq!(r.keys, ["enc/b", "enc/w"]);
+    t.set(b, vec![0.0_f32; 3])?;
+    let root = t.root();
+    // Unfiltered, out/w is missing from the file.
+    assert!(checkpoint::load(&mut t, root, &path, &LoadOptions::new()).is_err());
+    let r = checkpoint::load(&mut t, root, &path, &LoadOptions::new().filter(keep))?;
+    assert_eq!(r.loaded, ["enc/b", "enc/w"]);
+    assert!(r.missing.is_empty());
+    assert_eq!(values(&t, [w, b, o]).1, vec![2.0; 3]);
+    Ok(())
+}
+
+#[cfg(unix)]
+#[test]
+fn a_new_checkpoint_is_world_readable_and_a_replaced_one_keeps_its_mode() -> R {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir();
+    let (t, _) = small()?;
+    let path = d.path().join("m");
+    checkpoint::save(&t, t.root(), &path, &SaveOptions::new())?;
+    assert_eq!(
+        std::fs::metadata(&path)?.permissions().mode() & 0o777,
+        0o644
+    );
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640))?;
+    checkpoint::save(&t, t.root(), &path, &SaveOptions::new())?;
+    assert_eq!(
+        std::fs::metadata(&path)?.permissions().mode() & 0o777,
+        0o640
+    );
+    Ok(())
+}

@@ -63,10 +63,9 @@ pub enum Error {
     /// The file and the tree disagree: names the tree lacks, names the file
     /// lacks, or tensors of another shape or dtype. Nothing was loaded.
     #[error(
-        "checkpoint {path} does not match the tree: missing from the file [{}]; not in the tree \
-         [{}]; mismatched [{}]; nothing was loaded (see LoadOptions::allow_missing, allow_unused, \
-         create and convert_dtypes)",
-        list(&short_keys(missing)), list(&short_keys(unexpected)), list(mismatched)
+        "checkpoint {path} does not match the tree: {}; nothing was loaded (see \
+         LoadOptions::allow_missing, allow_unused, create and dtype_policy)",
+        mismatch_parts(missing, unexpected, mismatched)
     )]
     Mismatch {
         /// The file.
@@ -353,6 +352,27 @@ impl fmt::Display for BadFile {
             }
         }
     }
+}
+
+/// The non-empty lists of a mismatch, labelled.
+fn mismatch_parts(missing: &[String], unexpected: &[String], mismatched: &[Mismatch]) -> String {
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        parts.push(format!(
+            "missing from the file [{}]",
+            list(&short_keys(missing))
+        ));
+    }
+    if !unexpected.is_empty() {
+        parts.push(format!(
+            "not in the tree [{}]",
+            list(&short_keys(unexpected))
+        ));
+    }
+    if !mismatched.is_empty() {
+        parts.push(format!("mismatched [{}]", list(mismatched)));
+    }
+    parts.join("; ")
 }
 
 /// The first few entries of a list, then how many more.

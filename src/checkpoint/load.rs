@@ -10,7 +10,7 @@ use super::tensor::{
     Checkpointable, Codec, Dtype, Old, Source, Types, convert_floats, default_codec,
     is_convertible_float,
 };
-use super::{Separator, walk};
+use super::{Filter, Separator, walk};
 use crate::names::FxHashMap;
 use crate::{ScopeId, ScopeTree, VarId, short};
 
@@ -53,6 +53,7 @@ pub struct LoadOptions {
     dtype: DtypePolicy,
     rollback: bool,
     types: Types,
+    filter: Option<Filter>,
 }
 
 impl Default for LoadOptions {
@@ -92,6 +93,7 @@ impl LoadOptions {
             dtype: DtypePolicy::Exact,
             rollback: true,
             types: Types::builtin(),
+            filter: None,
         }
     }
 
@@ -179,6 +181,18 @@ impl LoadOptions {
         self
     }
 
+    /// Only keys for which `keep` returns `true` are loaded; on both sides of the load, other keys are neither missing nor unused. O(1).
+    ///
+    /// ```
+    /// use scopetree::checkpoint::LoadOptions;
+    /// // Only the parameters and the optimizer state, not scratch buffers.
+    /// let _ = LoadOptions::new().filter(|key| !key.contains('/') || key.starts_with("optim/"));
+    /// ```
+    pub fn filter(mut self, keep: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.filter = Some(std::sync::Arc::new(keep));
+        self
+    }
+
     /// Loads into values of a [`Checkpointable`] type of your own too. O(1).
     ///
     /// ```
@@ -249,7 +263,7 @@ pub(crate) fn plan(
     let shown = path.to_string_lossy();
     let mut file = File::open(path).map_err(Error::io(&shown))?;
     let header = read_header(&mut file, &shown)?;
-    let walked = walk(tree, scope, opts.sep)?;
+    let walked = walk(tree, scope, opts.sep, opts.filter.as_ref())?;
     let mut targets: FxHashMap<&str, VarId> =
         walked.vars.iter().map(|(k, v)| (k.as_str(), *v)).collect();
 
@@ -258,6 +272,9 @@ pub(crate) fn plan(
     let mut mismatched = Vec::new();
     let mut steps = Vec::with_capacity(header.tensors.len());
     for t in header.tensors {
+        if opts.filter.as_ref().is_some_and(|f| !f(&t.key)) {
+            continue;
+        }
         let file_side = describe(t.dtype, &t.shape);
         let step = if let Some(var) = targets.remove(t.key.as_str()) {
             match check_var(tree, var, &t, opts, shape_of) {

@@ -253,6 +253,10 @@ fn store_shape(store: &VariableStore, var: VarId) -> Option<Vec<usize>> {
         .and_then(|s| s.to_vec())
 }
 
+/// A key filter: keys for which it returns `false` are left out of a save,
+/// or ignored on both sides of a load.
+pub(crate) type Filter = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// The variables below a scope, keyed.
 pub(crate) struct Walked {
     /// (key, variable), sorted by key, keys unique.
@@ -263,7 +267,12 @@ pub(crate) struct Walked {
 
 /// Keys every variable of `scope` and its named descendants, iteratively.
 /// O(size of the subtree × depth) for the key texts.
-pub(crate) fn walk(tree: &ScopeTree, scope: ScopeId, sep: Separator) -> Result<Walked, Error> {
+pub(crate) fn walk(
+    tree: &ScopeTree,
+    scope: ScopeId,
+    sep: Separator,
+    filter: Option<&Filter>,
+) -> Result<Walked, Error> {
     let sep = sep.as_str();
     let mut comps: Vec<Option<&str>> = Vec::new();
     let mut vars = Vec::new();
@@ -285,7 +294,10 @@ pub(crate) fn walk(tree: &ScopeTree, scope: ScopeId, sep: Separator) -> Result<W
             prefix.push_str(sep);
         }
         for (name, var) in tree.local_vars(s)? {
-            vars.push((format!("{prefix}{name}"), var));
+            let key = format!("{prefix}{name}");
+            if filter.is_none_or(|f| f(&key)) {
+                vars.push((key, var));
+            }
         }
     }
     vars.sort_unstable_by(|a, b| a.0.cmp(&b.0));

@@ -8,7 +8,7 @@ use safetensors::View;
 
 use super::error::{Error, NotTensor};
 use super::tensor::{Checkpointable, Dtype, Types};
-use super::{Separator, walk};
+use super::{Filter, Separator, walk};
 use crate::{ScopeId, ScopeTree, VarId};
 
 /// How to save: the key separator, whether to skip variables that hold no
@@ -25,6 +25,7 @@ pub struct SaveOptions {
     pub(crate) skip_non_tensors: bool,
     pub(crate) metadata: Option<HashMap<String, String>>,
     pub(crate) types: Types,
+    pub(crate) filter: Option<Filter>,
 }
 
 impl Default for SaveOptions {
@@ -55,6 +56,7 @@ impl SaveOptions {
             skip_non_tensors: false,
             metadata: None,
             types: Types::builtin(),
+            filter: None,
         }
     }
 
@@ -89,6 +91,18 @@ impl SaveOptions {
     /// ```
     pub fn metadata(mut self, metadata: HashMap<String, String>) -> Self {
         self.metadata = Some(metadata);
+        self
+    }
+
+    /// Only keys for which `keep` returns `true` are saved. O(1).
+    ///
+    /// ```
+    /// use scopetree::checkpoint::SaveOptions;
+    /// // Only the parameters and the optimizer state, not scratch buffers.
+    /// let _ = SaveOptions::new().filter(|key| !key.contains('/') || key.starts_with("optim/"));
+    /// ```
+    pub fn filter(mut self, keep: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.filter = Some(std::sync::Arc::new(keep));
         self
     }
 
@@ -170,7 +184,7 @@ pub(crate) fn save_with(
     opts: &SaveOptions,
     shape_of: &dyn Fn(VarId) -> Option<Vec<usize>>,
 ) -> Result<SaveReport, Error> {
-    let walked = walk(tree, scope, opts.sep)?;
+    let walked = walk(tree, scope, opts.sep, opts.filter.as_ref())?;
     let mut report = SaveReport {
         unnamed_scopes: walked.unnamed_scopes,
         ..SaveReport::default()
@@ -213,12 +227,37 @@ pub(crate) fn save_with(
         }
         report.skipped = not_tensors;
     }
+    let old_permissions = std::fs::metadata(path).ok().map(|m| m.permissions());
     safetensors::serialize_to_file(items, opts.metadata.clone(), path).map_err(|source| {
         Error::Write {
             path: crate::short::path(&path.to_string_lossy()),
             source,
         }
     })?;
+    set_permissions(path, old_permissions)?;
     report.keys.sort_unstable();
     Ok(report)
+}
+
+/// The safetensors writer renames a temporary file made with mode 0600 into
+/// place; give the checkpoint the permissions of the file it replaced, or
+/// 0644 on Unix for a new file, like a file written with `std::fs::write`
+/// under the usual umask.
+fn set_permissions(path: &Path, old: Option<std::fs::Permissions>) -> Result<(), Error> {
+    let shown = path.to_string_lossy();
+    let perms = match old {
+        Some(p) => p,
+        None => {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::Permissions::from_mode(0o644)
+            }
+            #[cfg(not(unix))]
+            {
+                return Ok(());
+            }
+        }
+    };
+    std::fs::set_permissions(path, perms).map_err(Error::io(&shown))
 }
