@@ -322,6 +322,7 @@ enum Mutation {
 fn apply(mut f: Vec<u8>, m: &Mutation) -> Vec<u8> {
     match m {
         Mutation::Truncate(at) => f.truncate(at % (f.len() + 1)),
+        Mutation::Flip(_, _) if f.is_empty() => {}
         Mutation::Flip(at, mask) => {
             let i = at % f.len();
             f[i] ^= mask.max(&1);
