@@ -223,6 +223,9 @@ pub struct LoadReport {
     pub missing: Vec<String>,
     /// File keys that name no tree variable (skipped).
     pub unused: Vec<String>,
+    /// Keys of tree variables that hold no tensor (or no value) and that the
+    /// file does not name: left as they are, and not counted as missing.
+    pub not_tensors: Vec<String>,
 }
 
 enum Step {
@@ -306,8 +309,22 @@ pub(crate) fn plan(
         };
         steps.push((t, step));
     }
-    let mut missing: Vec<String> = targets.into_keys().map(str::to_owned).collect();
+    // Variables that hold no tensor (or no value) could not have been
+    // saved: absent from the file, they are not missing, only reported.
+    let (mut missing, mut not_tensors): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    for (key, var) in targets {
+        let is_tensor = tree
+            .value_any(var)
+            .is_some_and(|v| opts.types.get(v.type_id()).is_some());
+        if is_tensor {
+            missing.push(key.to_owned());
+        } else {
+            not_tensors.push(key.to_owned());
+        }
+    }
     missing.sort_unstable();
+    not_tensors.sort_unstable();
+    report.not_tensors = not_tensors;
     unexpected.sort_unstable();
     mismatched.sort_unstable_by(|a, b| a.key.cmp(&b.key));
     let missing_bad = !opts.allow_missing && !missing.is_empty();
