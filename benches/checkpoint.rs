@@ -6,7 +6,10 @@
 //! - `raw_write`: `File::create` + `write_all` of each tensor's bytes.
 //! - `load`: a strict `checkpoint::load` into the built tree (rollback on,
 //!   the default) and with `rollback(false)`.
-//! - `raw_read`: `std::fs::read` of the same file.
+//! - `raw_read`: `std::fs::read` of the same file (one fresh buffer), and
+//!   `raw_read_into`: `read_exact` of each tensor's bytes into 256 buffers
+//!   allocated once (no allocation or page fault in the loop: the fastest
+//!   a reader can be).
 //!
 //! Size: `SCOPETREE_CKPT_MIB` MiB in all (default 1024). Under
 //! `cargo test --benches` (criterion's test mode: no `--bench` argument)
@@ -14,7 +17,7 @@
 //! Run: `cargo bench --bench checkpoint`.
 
 use std::hint::black_box;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
