@@ -2,8 +2,9 @@
 //! global allocator (this file's own: it counts the allocations of the
 //! thread that makes them, so the tests of this file can run in parallel).
 //!
-//! A load streams the file: it holds the header, its plan and one tensor
-//! being read (plus a 64 KiB read buffer). With `rollback(true)`, the
+//! A load streams the file: it holds the header, its plan and at most one
+//! tensor being read (plus a 64 KiB read buffer); with `rollback(false)`
+//! a value of the right type and size takes its tensor in place. With `rollback(true)`, the
 //! default, it also keeps each replaced value until the end, so that a read
 //! error can restore the tree: extra memory about the file's size. Print the
 //! figures with `cargo test --release --test checkpoint_memory -- --nocapture`.

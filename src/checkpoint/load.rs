@@ -169,9 +169,11 @@ impl LoadOptions {
     /// Whether a read error after the checks restores the tree (the
     /// default). Restoring keeps each replaced value until the load ends,
     /// so the extra memory is about the file's size; `rollback(false)`
-    /// drops each old value as soon as its tensor is read (extra memory
-    /// about one tensor) at the price of a partly loaded tree if the file
-    /// fails mid-read ([`Error::Data`] says so). O(1).
+    /// reads each tensor into the variable's value in place when its type
+    /// and size already fit, else drops the old value as soon as the new
+    /// one is read (extra memory at most about one tensor), at the price of
+    /// a partly loaded tree if the file fails mid-read ([`Error::Data`]
+    /// says so). O(1).
     ///
     /// ```
     /// let _ = scopetree::checkpoint::LoadOptions::new().rollback(false);
@@ -521,7 +523,7 @@ pub(crate) fn apply(
                     }
                 }
             };
-            let old = (codec.read_into)(tree, var, src).map_err(|e| match e {
+            let old = (codec.read_into)(tree, var, src, !opts.rollback).map_err(|e| match e {
                 Error::Io { source, .. } => Error::Io {
                     path: short::path(&shown),
                     source,

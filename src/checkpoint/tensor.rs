@@ -76,6 +76,39 @@ pub trait Checkpointable: Any + Send + Sync + Sized {
         reader.read_exact(&mut bytes).map_err(Error::io(""))?;
         Self::from_le_bytes(dtype, shape, bytes)
     }
+
+    /// Reads `nbytes` from `reader` into this value in place, when its
+    /// dtype and size already fit (the load then allocates nothing);
+    /// `Ok(false)` when it cannot, and then nothing was read. The default
+    /// always declines. Used by loads with
+    /// [`rollback(false)`](super::LoadOptions::rollback). O(len).
+    ///
+    /// # Errors
+    /// [`Error::Io`] from the reader; the value may then be partly
+    /// overwritten.
+    fn read_le_in_place(
+        &mut self,
+        dtype: Dtype,
+        shape: &[usize],
+        nbytes: usize,
+        reader: &mut dyn Read,
+    ) -> Result<bool, Error> {
+        let _ = (dtype, shape, nbytes, reader);
+        Ok(false)
+    }
+}
+
+/// Reads into `items` in place if `dtype` and `nbytes` fit them.
+fn read_slice_in_place<E: Element>(
+    items: &mut [E],
+    dtype: Dtype,
+    nbytes: usize,
+    reader: &mut dyn Read,
+) -> Result<bool, Error> {
+    if dtype != E::DTYPE || items.len().checked_mul(E::DTYPE.bitsize() / 8) != Some(nbytes) {
+        return Ok(false);
+    }
+    E::read_into_slice(items, reader).map_err(Error::io(""))
 }
 
 mod sealed {
@@ -113,6 +146,14 @@ pub trait Element: sealed::Sealed + Copy + Send + Sync + 'static {
         reader.read_exact(&mut bytes)?;
         Ok(Self::vec_from_le_bytes(&bytes))
     }
+
+    /// Reads `items.len()` elements from `reader` into `items` in place;
+    /// `Ok(false)` when the type cannot (then nothing was read). O(n).
+    #[doc(hidden)]
+    fn read_into_slice(items: &mut [Self], reader: &mut dyn Read) -> io::Result<bool> {
+        let _ = (items, reader);
+        Ok(false)
+    }
 }
 
 macro_rules! pod_element {
@@ -147,6 +188,15 @@ macro_rules! pod_element {
                     }
                 }
                 Ok(v)
+            }
+            fn read_into_slice(items: &mut [Self], reader: &mut dyn Read) -> io::Result<bool> {
+                reader.read_exact(bytemuck::cast_slice_mut(items))?;
+                if cfg!(target_endian = "big") {
+                    for x in items.iter_mut() {
+                        *x = <$t>::from_le_bytes(x.to_ne_bytes());
+                    }
+                }
+                Ok(true)
             }
         }
     )*};
@@ -229,6 +279,15 @@ impl<E: Element> Checkpointable for Vec<E> {
         let n = check_bytes::<E>(dtype, shape, nbytes)?;
         E::read_vec(n, reader).map_err(Error::io(""))
     }
+    fn read_le_in_place(
+        &mut self,
+        dtype: Dtype,
+        _shape: &[usize],
+        nbytes: usize,
+        reader: &mut dyn Read,
+    ) -> Result<bool, Error> {
+        read_slice_in_place(self, dtype, nbytes, reader)
+    }
 }
 
 impl<E: Element> Checkpointable for Box<[E]> {
@@ -252,6 +311,15 @@ impl<E: Element> Checkpointable for Box<[E]> {
         reader: &mut dyn Read,
     ) -> Result<Self, Error> {
         Vec::<E>::read_le(dtype, shape, nbytes, reader).map(Vec::into_boxed_slice)
+    }
+    fn read_le_in_place(
+        &mut self,
+        dtype: Dtype,
+        _shape: &[usize],
+        nbytes: usize,
+        reader: &mut dyn Read,
+    ) -> Result<bool, Error> {
+        read_slice_in_place(self, dtype, nbytes, reader)
     }
 }
 
@@ -369,6 +437,18 @@ impl<E: Element> Checkpointable for Tensor<E> {
             data,
         })
     }
+    fn read_le_in_place(
+        &mut self,
+        dtype: Dtype,
+        shape: &[usize],
+        nbytes: usize,
+        reader: &mut dyn Read,
+    ) -> Result<bool, Error> {
+        if shape != self.shape.as_slice() {
+            return Ok(false);
+        }
+        read_slice_in_place(&mut self.data, dtype, nbytes, reader)
+    }
 }
 
 // ----- type-erased codecs ----------------------------------------------------
@@ -400,8 +480,10 @@ pub(crate) struct Codec {
     pub(crate) restore: fn(&mut crate::ScopeTree, crate::VarId, Old) -> Result<(), crate::Error>,
 }
 
+/// Reads a value into a variable (in place when the flag is set and the
+/// value fits); returns the replaced value, for undo.
 pub(crate) type ReadInto =
-    fn(&mut crate::ScopeTree, crate::VarId, Source<'_>) -> Result<Option<Old>, Error>;
+    fn(&mut crate::ScopeTree, crate::VarId, Source<'_>, bool) -> Result<Option<Old>, Error>;
 
 /// Where a load's value comes from: straight from the file, or from bytes
 /// already converted to the target dtype.
@@ -438,7 +520,29 @@ fn read_into<T: Checkpointable>(
     tree: &mut crate::ScopeTree,
     var: crate::VarId,
     src: Source<'_>,
+    in_place: bool,
 ) -> Result<Option<Old>, Error> {
+    // Without undo, a value of the right size takes the bytes where it is.
+    let src = match src {
+        Source::Reader {
+            dtype,
+            shape,
+            nbytes,
+            reader,
+        } if in_place && tree.is::<T>(var)? => {
+            let v = tree.get_mut::<T>(var)?;
+            if v.read_le_in_place(dtype, shape, nbytes, reader)? {
+                return Ok(None);
+            }
+            Source::Reader {
+                dtype,
+                shape,
+                nbytes,
+                reader,
+            }
+        }
+        other => other,
+    };
     let value = match src {
         Source::Reader {
             dtype,
