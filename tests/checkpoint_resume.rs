@@ -122,7 +122,10 @@ fn child_resumes_and_saves() {
         std::env::var_os("CKPT_RESUME_FROM"),
         std::env::var_os("CKPT_RESUME_TO"),
     ) else {
-        panic!("run by resuming_in_a_fresh_process_is_bit_identical only");
+        // Run directly (`cargo test -- --ignored`): nothing to resume; the
+        // parent test is the one that checks.
+        eprintln!("child_resumes_and_saves: run by resuming_in_a_fresh_process_is_bit_identical");
+        return;
     };
     let mut t = Trainer::new(config()).unwrap();
     t.resume(Path::new(&from)).unwrap();
