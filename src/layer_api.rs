@@ -118,3 +118,15 @@ impl ScopeTree {
         Some((slot.owner()?, slot.name()))
     }
 }
+
+impl ScopeTree {
+    /// The value of a live variable as `&dyn Any`, for layers that dispatch
+    /// on the value's `TypeId` (the checkpoint layer finds a variable's
+    /// checkpointable type this way in O(1) instead of trying every type);
+    /// `None` when the handle is stale or foreign or the variable has no
+    /// value. O(1).
+    pub(crate) fn value_any(&self, var: VarId) -> Option<&dyn std::any::Any> {
+        let slot = self.var_slot(var).ok()?;
+        slot.value_any()
+    }
+}

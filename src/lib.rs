@@ -45,6 +45,7 @@
 //! | `resolver` | [`Resolver`]: a caller-owned cache of `find_var` answers, flat in depth |
 //! | `step/` | [`StepScopes`], [`StepVar`], [`StepError`]: step scopes for RNNs and training loops |
 //! | `workers/` | [`WorkerScope`], [`split_workers`](ScopeTree::split_workers), [`WorkerError`]: parallel workers |
+//! | [`checkpoint`] | save and load a tree, a subtree or a store as safetensors (feature `safetensors`, on by default) |
 //! | [`sharing`] | TensorFlow-1-style sharing: [`sharing::VariableStore`], `get_variable`, templates |
 //! | [`diagnostics`] | slot sizes and the inline table width, for memory budgets |
 //!
@@ -55,6 +56,8 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod arena;
+#[cfg(feature = "safetensors")]
+pub mod checkpoint;
 pub mod diagnostics;
 mod dump;
 mod error;

@@ -119,6 +119,12 @@ impl VarSlot {
         self.value = value;
     }
 
+    /// The value as `&dyn Any`, for dispatch on its `TypeId`. O(1).
+    #[inline]
+    pub(crate) fn value_any(&self) -> Option<&dyn Any> {
+        self.value.as_deref().map(as_any)
+    }
+
     /// The type name of the value, if any.
     #[inline]
     pub(crate) fn value_type_name(&self) -> Option<&'static str> {

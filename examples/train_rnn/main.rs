@@ -12,19 +12,34 @@
 //! Run with `cargo run --release --example train_rnn`, or with flags:
 //! `-- --seq-len 20 --hidden 64 --epochs 10 --workers 2 --seed 7`
 //! (also `--task`, `--tokens`, `--batch`, `--updates`, `--lr`, `--eval-seqs`).
+//!
+//! `--save PATH` writes the parameters and the optimiser state to a
+//! safetensors checkpoint at the end; `--resume PATH` loads one before
+//! training (same model flags), and the run continues exactly where the
+//! saved one stopped.
 
 mod model;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use model::{Config, Task, Trainer};
 
 const USAGE: &str = "usage: train_rnn [--seq-len N] [--hidden N] [--epochs N] [--workers N] \
-[--seed N] [--task echo|echoN|sum] [--tokens N] [--batch N] [--updates N] [--lr X] [--eval-seqs N]";
+[--seed N] [--task echo|echoN|sum] [--tokens N] [--batch N] [--updates N] [--lr X] [--eval-seqs N] \
+[--save PATH] [--resume PATH]";
 
-fn parse_args() -> Result<Config, String> {
+/// Checkpoint paths from `--save` and `--resume`.
+#[derive(Default)]
+struct Checkpoints {
+    save: Option<PathBuf>,
+    resume: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<(Config, Checkpoints), String> {
     let mut cfg = Config::default();
+    let mut ckpt = Checkpoints::default();
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
@@ -57,6 +72,8 @@ fn parse_args() -> Result<Config, String> {
             "--eval-seqs" => cfg.eval_seqs = int()?,
             "--seed" => cfg.seed = value.parse().map_err(|e| bad(&e))?,
             "--lr" => cfg.lr = value.parse().map_err(|e| bad(&e))?,
+            "--save" => ckpt.save = Some(PathBuf::from(value)),
+            "--resume" => ckpt.resume = Some(PathBuf::from(value)),
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
         }
     }
@@ -82,18 +99,18 @@ fn parse_args() -> Result<Config, String> {
             cfg.workers, cfg.batch
         ));
     }
-    Ok(cfg)
+    Ok((cfg, ckpt))
 }
 
 fn main() -> ExitCode {
-    let cfg = match parse_args() {
-        Ok(cfg) => cfg,
+    let (cfg, ckpt) = match parse_args() {
+        Ok(parsed) => parsed,
         Err(msg) => {
             eprintln!("{msg}");
             return ExitCode::from(2);
         }
     };
-    match run(cfg) {
+    match run(cfg, &ckpt) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -102,7 +119,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cfg: Config) -> Result<(), model::Error> {
+fn run(cfg: Config, ckpt: &Checkpoints) -> Result<(), model::Error> {
     println!(
         "train_rnn: {task}, {k} tokens | seq len {T}, hidden {H}, batch {B}, {W} worker(s), \
          {E} epochs x {U} updates, seed {S} | chance {c:.1}%",
@@ -121,6 +138,14 @@ fn run(cfg: Config) -> Result<(), model::Error> {
         c = 100.0 / cfg.tokens as f64,
     );
     let mut trainer = Trainer::new(cfg.clone())?;
+    if let Some(path) = &ckpt.resume {
+        trainer.resume(path)?;
+        println!(
+            "resumed from {} after {} updates",
+            path.display(),
+            trainer.updates()
+        );
+    }
     let mut train_secs = 0.0;
     let mut steps_done = 0usize;
     let mut last_acc = 0.0;
@@ -161,5 +186,13 @@ fn run(cfg: Config) -> Result<(), model::Error> {
         s = steps_done,
         w = cfg.workers,
     );
+    if let Some(path) = &ckpt.save {
+        trainer.save(path)?;
+        println!(
+            "saved parameters and optimiser state after {} updates to {}",
+            trainer.updates(),
+            path.display()
+        );
+    }
     Ok(())
 }

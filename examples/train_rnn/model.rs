@@ -12,7 +12,7 @@
 //!
 //! ```text
 //! <root>        Wxh [H×k] Whh [H×H] bh [H] Why [k×H] by [k]   parameters
-//! ├─ optim      <param>@GRAD  <param>@M  <param>@V            reduced gradients, Adam moments
+//! ├─ optim      <param>@GRAD  <param>@M  <param>@V  step      reduced gradients, Adam moments, updates done
 //! ├─ worker_0   <param>@GRAD  h0 [B×H]  dh_next  dh            the worker's gradients and scratch
 //! │  ├─ #step 0   x [B×k] y [B×k] h [B×H] p [B×k]             one scope per time step
 //! │  └─ …         (T step scopes, recycled every batch)
@@ -20,11 +20,22 @@
 //! └─ eval       h0; two ping-pong step scopes (x y h p)
 //! ```
 
+use std::path::Path;
+
+use scopetree::checkpoint::{self, LoadOptions, SaveOptions};
 use scopetree::{ScopeId, ScopeTree, StepScopes, StepVar, VarId, WorkerScope};
 
 /// The trainer's error: whichever layer failed (the tree's `Error`, the step
-/// scopes' `StepError`, the worker split's `WorkerError`).
+/// scopes' `StepError`, the worker split's `WorkerError`, a checkpoint's
+/// `checkpoint::Error`).
 pub type Error = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The keys a checkpoint holds: the parameters (the root's variables) and
+/// the optimiser state (`optim/…`), not the workers' and evaluation's
+/// scratch, so a run can resume with another number of workers.
+fn checkpoint_key(key: &str) -> bool {
+    !key.contains('/') || key.starts_with("optim/")
+}
 
 /// Training settings (the example's flags).
 #[derive(Clone, Debug)]
@@ -250,6 +261,9 @@ pub struct Trainer {
     grads: [VarId; 5],
     adam_m: [VarId; 5],
     adam_v: [VarId; 5],
+    /// `optim/step`: the number of updates done, as a one-element `Vec<u64>`
+    /// (kept in step with `updates` at every save and resume).
+    step: VarId,
     updates: u64,
 }
 
@@ -300,6 +314,8 @@ impl Trainer {
                 tree.set(v, vec![0.0_f32; rows * cols])?;
             }
         }
+        let step = tree.create_var(optim, "step")?;
+        tree.set(step, vec![0_u64])?;
 
         let n = cfg.workers.max(1);
         let mut workers = Vec::with_capacity(n);
@@ -357,8 +373,51 @@ impl Trainer {
             grads,
             adam_m,
             adam_v,
+            step,
             updates: 0,
         })
+    }
+
+    /// Updates done so far (including those before a resume).
+    pub fn updates(&self) -> u64 {
+        self.updates
+    }
+
+    /// Saves the parameters and the optimiser state (Adam moments, the
+    /// update count) to a safetensors file.
+    ///
+    /// # Errors
+    /// When the file cannot be written.
+    pub fn save(&mut self, path: &Path) -> Result<(), checkpoint::Error> {
+        self.tree.set(self.step, vec![self.updates])?;
+        let root = self.tree.root();
+        checkpoint::save(
+            &self.tree,
+            root,
+            path,
+            &SaveOptions::new().filter(checkpoint_key),
+        )?;
+        Ok(())
+    }
+
+    /// Loads what [`save`](Self::save) wrote, strictly: the file must hold
+    /// every parameter and optimiser variable, with this model's shapes.
+    /// Training then continues exactly where the saved run stopped.
+    ///
+    /// # Errors
+    /// When the file cannot be read or does not match this model (then
+    /// nothing changed).
+    pub fn resume(&mut self, path: &Path) -> Result<(), checkpoint::Error> {
+        let root = self.tree.root();
+        checkpoint::load(
+            &mut self.tree,
+            root,
+            path,
+            &LoadOptions::new().filter(checkpoint_key),
+        )?;
+        // The load checked that `step` holds exactly one element.
+        self.updates = self.tree.get::<Vec<u64>>(self.step)?[0];
+        Ok(())
     }
 
     /// Sequences times steps processed by one update.

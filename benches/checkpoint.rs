@@ -1,0 +1,115 @@
+//! Checkpoint throughput: saving and loading about 1 GiB in 256 `f32`
+//! tensors, next to writing and reading the same bytes with `std::fs` in the
+//! same run (the goal: at least 0.8x the raw throughput both ways).
+//!
+//! - `save`: `checkpoint::save` of the tree (temporary file + rename).
+//! - `raw_write`: `File::create` + `write_all` of each tensor's bytes.
+//! - `load`: a strict `checkpoint::load` into the built tree (rollback on,
+//!   the default) and with `rollback(false)`.
+//! - `raw_read`: `std::fs::read` of the same file (one fresh buffer), and
+//!   `raw_read_into`: `read_exact` of each tensor's bytes into 256 buffers
+//!   allocated once (no allocation or page fault in the loop: the fastest
+//!   a reader can be).
+//!
+//! Size: `SCOPETREE_CKPT_MIB` MiB in all (default 1024). Under
+//! `cargo test --benches` (criterion's test mode: no `--bench` argument)
+//! each benchmark runs once on 8 MiB, so the smoke run stays fast.
+//! Run: `cargo bench --bench checkpoint`.
+
+use std::hint::black_box;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use scopetree::checkpoint::{self, Checkpointable, LoadOptions, SaveOptions};
+use scopetree::{ScopeTree, VarId};
+
+const TENSORS: usize = 256;
+
+fn total_mib() -> usize {
+    if !std::env::args().any(|a| a == "--bench") {
+        return 8;
+    }
+    std::env::var("SCOPETREE_CKPT_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024)
+}
+
+fn model(total_bytes: usize) -> (ScopeTree, Vec<VarId>) {
+    let elems = total_bytes / TENSORS / 4;
+    let mut t = ScopeTree::new();
+    let mut vars = Vec::with_capacity(TENSORS);
+    for layer in 0..TENSORS / 8 {
+        let s = t
+            .new_named_scope(t.root(), format!("layer_{layer:02}"))
+            .unwrap();
+        for j in 0..8 {
+            let v = t.var(s, format!("w{j}")).unwrap();
+            t.set(v, vec![(layer * 8 + j) as f32 * 0.5; elems]).unwrap();
+            vars.push(v);
+        }
+    }
+    (t, vars)
+}
+
+fn raw_write(t: &ScopeTree, vars: &[VarId], path: &Path) {
+    let mut f = std::fs::File::create(path).unwrap();
+    for &v in vars {
+        f.write_all(&t.get::<Vec<f32>>(v).unwrap().le_bytes())
+            .unwrap();
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let mib = total_mib();
+    let bytes = mib << 20;
+    let dir = std::env::temp_dir().join(format!("scopetree-ckpt-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let st = dir.join("model.safetensors");
+    let raw = dir.join("model.raw");
+    let (mut tree, vars) = model(bytes);
+
+    // Both files exist before any benchmark, so a filter may run the reads alone.
+    checkpoint::save(&tree, tree.root(), &st, &SaveOptions::new()).unwrap();
+    raw_write(&tree, &vars, &raw);
+
+    let mut g = c.benchmark_group(format!("checkpoint_{mib}MiB_{TENSORS}_f32"));
+    g.sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(12))
+        .throughput(Throughput::Bytes(bytes as u64));
+
+    g.bench_function("save", |b| {
+        b.iter(|| checkpoint::save(&tree, tree.root(), &st, &SaveOptions::new()).unwrap())
+    });
+    g.bench_function("raw_write", |b| b.iter(|| raw_write(&tree, &vars, &raw)));
+
+    let root = tree.root();
+    g.bench_function("load", |b| {
+        b.iter(|| checkpoint::load(&mut tree, root, &st, &LoadOptions::new()).unwrap())
+    });
+    let streamed = LoadOptions::new().rollback(false);
+    g.bench_function("load_no_rollback", |b| {
+        b.iter(|| checkpoint::load(&mut tree, root, &st, &streamed).unwrap())
+    });
+    g.bench_function("raw_read", |b| {
+        b.iter(|| black_box(std::fs::read(&raw).unwrap()))
+    });
+    let mut bufs = vec![vec![0_u8; bytes / TENSORS]; TENSORS];
+    g.bench_function("raw_read_into", |b| {
+        b.iter(|| {
+            let mut f = std::fs::File::open(&raw).unwrap();
+            for buf in &mut bufs {
+                f.read_exact(buf).unwrap();
+            }
+            black_box(&bufs);
+        })
+    });
+    g.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,414 @@
+//! The checkpoint layer's errors.
+
+use std::fmt;
+use std::io;
+
+use crate::short;
+
+/// How many entries of each list an error message shows; the fields hold
+/// them all.
+const SHOWN: usize = 8;
+
+/// Why a save or a load failed. Every message names the file, the keys or
+/// variables concerned and what to do; lists are cut to a few entries in the
+/// message (the fields hold them all). A failed call changes nothing.
+///
+/// ```
+/// use scopetree::{ScopeTree, checkpoint};
+/// let mut tree = ScopeTree::new();
+/// let root = tree.root();
+/// let err = checkpoint::load(&mut tree, root, "/nonexistent/x.safetensors",
+///                            &checkpoint::LoadOptions::new()).unwrap_err();
+/// assert!(matches!(err, checkpoint::Error::Io { .. }));
+/// ```
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An error of the tree (a stale or foreign scope, an invalid name, …).
+    #[error(transparent)]
+    Tree(#[from] crate::Error),
+
+    /// The file could not be opened, read or written.
+    #[error("cannot use checkpoint file {path}: {source}; check the path and its permissions")]
+    Io {
+        /// The file.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The file is not a well-formed safetensors file. Nothing was loaded.
+    #[error("{path} is not a valid safetensors file: {problem}; nothing was loaded")]
+    BadFile {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        problem: BadFile,
+    },
+
+    /// A save met variables whose values are not tensors (or that have no
+    /// value). Nothing was written.
+    #[error(
+        "cannot save: {} variable(s) hold no tensor: {}; store a Vec, Box<[_]> or checkpoint::Tensor \
+         of a numeric type, register your type with SaveOptions::with_type, or pass \
+         SaveOptions::skip_non_tensors(true)",
+        vars.len(), list(vars)
+    )]
+    NotTensors {
+        /// Each such variable: its key and what it holds (`None`: no value).
+        vars: Vec<NotTensor>,
+    },
+
+    /// The file and the tree disagree: names the tree lacks, names the file
+    /// lacks, or tensors of another shape or dtype. Nothing was loaded.
+    #[error(
+        "checkpoint {path} does not match the tree: {}; nothing was loaded (see \
+         LoadOptions::allow_missing, allow_unused, create and dtype_policy)",
+        mismatch_parts(missing, unexpected, mismatched)
+    )]
+    Mismatch {
+        /// The file.
+        path: String,
+        /// Keys of tree variables the file does not hold.
+        missing: Vec<String>,
+        /// Keys of the file that name no variable of the tree.
+        unexpected: Vec<String>,
+        /// Keys present on both sides that disagree.
+        mismatched: Vec<Mismatch>,
+    },
+
+    /// Two variables would be saved (or loaded) under one key, e.g. `a.b` in
+    /// the root and `b` in scope `a` with the `.` separator.
+    #[error(
+        "variables {} and {} both map to the key {}; rename one or use the '/' separator",
+        short::path(first),
+        short::path(second),
+        short::path(key)
+    )]
+    KeyCollision {
+        /// The key.
+        key: String,
+        /// The first variable's path (with `/`).
+        first: String,
+        /// The second variable's path (with `/`).
+        second: String,
+    },
+
+    /// Bytes, dtype and shape that do not make a value of the type (from
+    /// [`Tensor::new`](super::Tensor::new) or a
+    /// [`Checkpointable`](super::Checkpointable) constructor).
+    #[error("bad tensor: {reason}")]
+    BadTensor {
+        /// What does not fit.
+        reason: String,
+    },
+
+    /// The safetensors writer failed. Nothing was written at `path`.
+    #[error("cannot write checkpoint {path}: {source}")]
+    Write {
+        /// The file.
+        path: String,
+        /// The writer's error.
+        #[source]
+        source: safetensors::SafeTensorError,
+    },
+
+    /// Reading a tensor's bytes failed after every check had passed (the
+    /// file changed or the disk failed while loading).
+    #[error(
+        "reading tensor {} of {path} failed: {source}; {}",
+        short::path(key),
+        if *rolled_back { "the tree was restored to its state before the load" }
+        else { "the tensors before it are loaded (LoadOptions::rollback(false))" }
+    )]
+    Data {
+        /// The file.
+        path: String,
+        /// The tensor being read.
+        key: String,
+        /// Whether the tree was restored; `false` only with
+        /// [`LoadOptions::rollback(false)`](super::LoadOptions::rollback).
+        rolled_back: bool,
+        /// The underlying error.
+        #[source]
+        source: Box<Error>,
+    },
+}
+
+impl Error {
+    /// A closure that wraps an IO error with the file's path.
+    pub(crate) fn io(path: &str) -> impl FnOnce(io::Error) -> Self + '_ {
+        move |source| Self::Io {
+            path: short::path(path),
+            source,
+        }
+    }
+}
+
+/// A variable that a save cannot write: its key and the type it holds.
+///
+/// ```
+/// let n = scopetree::checkpoint::NotTensor { key: "w".into(), holds: None };
+/// assert_eq!(n.to_string(), "w (no value)");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotTensor {
+    /// The key it would have had.
+    pub key: String,
+    /// The type name of its value; `None` when it has no value.
+    pub holds: Option<&'static str>,
+}
+
+impl fmt::Display for NotTensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.holds {
+            Some(t) => write!(f, "{} ({})", short::path(&self.key), short::name(t)),
+            None => write!(f, "{} (no value)", short::path(&self.key)),
+        }
+    }
+}
+
+/// One key whose tensor in the file disagrees with the tree's variable:
+/// both sides, as text (`F32 [3, 4]`).
+///
+/// ```
+/// let m = scopetree::checkpoint::Mismatch {
+///     key: "w".into(), file: "F32 [3, 4]".into(), tree: "F32 [2, 4]".into() };
+/// assert_eq!(m.to_string(), "w: file F32 [3, 4], tree F32 [2, 4]");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The key.
+    pub key: String,
+    /// The file's side.
+    pub file: String,
+    /// The tree's side.
+    pub tree: String,
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: file {}, tree {}",
+            short::path(&self.key),
+            self.file,
+            self.tree
+        )
+    }
+}
+
+/// What is wrong with a file that is not valid safetensors.
+///
+/// ```
+/// use scopetree::checkpoint::BadFile;
+/// assert_eq!(BadFile::Empty.to_string(), "the file is empty");
+/// ```
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BadFile {
+    /// Zero bytes.
+    Empty,
+    /// Fewer than the 8 bytes of the header length.
+    TooShort {
+        /// The file's length.
+        len: u64,
+    },
+    /// The header length points past the end of the file.
+    HeaderPastEnd {
+        /// The declared header length.
+        header_len: u64,
+        /// The file's length.
+        file_len: u64,
+    },
+    /// The header is longer than safetensors allows (100 MB).
+    HeaderTooLarge {
+        /// The declared header length.
+        header_len: u64,
+    },
+    /// The header is not UTF-8.
+    NotUtf8 {
+        /// The byte offset of the first bad byte, within the header.
+        at: usize,
+    },
+    /// The header is not the JSON object safetensors expects.
+    BadJson {
+        /// The parser's message (cut short).
+        reason: String,
+    },
+    /// A tensor's entry lacks or misspells `dtype`, `shape` or
+    /// `data_offsets`.
+    BadEntry {
+        /// The key.
+        key: String,
+        /// The parser's message (cut short).
+        reason: String,
+    },
+    /// A key appears twice.
+    DuplicateKey {
+        /// The key.
+        key: String,
+    },
+    /// A tensor's byte range ends past the data, or ends before it begins.
+    OutOfRange {
+        /// The key.
+        key: String,
+        /// Its declared range.
+        begin: u64,
+        /// Its declared range's end.
+        end: u64,
+        /// The length of the data section.
+        data_len: u64,
+    },
+    /// Two tensors' byte ranges overlap.
+    Overlap {
+        /// The key.
+        key: String,
+        /// The key whose range it overlaps.
+        other: String,
+    },
+    /// Bytes of the data section belong to no tensor.
+    Hole {
+        /// Where the unused bytes start, within the data section.
+        at: u64,
+        /// How many there are.
+        len: u64,
+    },
+    /// The shape's element count does not match the byte range (this covers
+    /// shapes too large to exist, such as 10^12 elements).
+    SizeMismatch {
+        /// The key.
+        key: String,
+        /// The declared dtype.
+        dtype: String,
+        /// The declared shape.
+        shape: Vec<u64>,
+        /// The length of the declared byte range.
+        bytes: u64,
+    },
+}
+
+impl fmt::Display for BadFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Empty => write!(f, "the file is empty"),
+            Self::TooShort { len } => {
+                write!(f, "{len} bytes, too short for the 8-byte header length")
+            }
+            Self::HeaderPastEnd {
+                header_len,
+                file_len,
+            } => write!(
+                f,
+                "the header length {header_len} points past the end of the file ({file_len} bytes)"
+            ),
+            Self::HeaderTooLarge { header_len } => write!(
+                f,
+                "the header length {header_len} is over the 100 MB safetensors allows"
+            ),
+            Self::NotUtf8 { at } => write!(f, "the header is not UTF-8 (bad byte at {at})"),
+            Self::BadJson { reason } => write!(f, "the header is not valid JSON: {reason}"),
+            Self::BadEntry { key, reason } => {
+                write!(
+                    f,
+                    "the entry of {} is malformed: {reason}",
+                    short::path(key)
+                )
+            }
+            Self::DuplicateKey { key } => write!(f, "the key {} appears twice", short::path(key)),
+            Self::OutOfRange {
+                key,
+                begin,
+                end,
+                data_len,
+            } => write!(
+                f,
+                "tensor {} has byte range [{begin}, {end}), outside the {data_len} data bytes",
+                short::path(key)
+            ),
+            Self::Overlap { key, other } => write!(
+                f,
+                "the byte ranges of tensors {} and {} overlap",
+                short::path(key),
+                short::path(other)
+            ),
+            Self::Hole { at, len } => {
+                write!(f, "{len} data bytes at offset {at} belong to no tensor")
+            }
+            Self::SizeMismatch {
+                key,
+                dtype,
+                shape,
+                bytes,
+            } => {
+                let shown: Vec<_> = shape.iter().take(SHOWN).collect();
+                write!(
+                    f,
+                    "tensor {} is declared {dtype} {shown:?}{}, which does not fill its {bytes} bytes",
+                    short::path(key),
+                    if shape.len() > SHOWN { " (cut)" } else { "" }
+                )
+            }
+        }
+    }
+}
+
+/// The non-empty lists of a mismatch, labelled.
+fn mismatch_parts(missing: &[String], unexpected: &[String], mismatched: &[Mismatch]) -> String {
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        parts.push(format!(
+            "missing from the file [{}]",
+            list(&short_keys(missing))
+        ));
+    }
+    if !unexpected.is_empty() {
+        parts.push(format!(
+            "not in the tree [{}]",
+            list(&short_keys(unexpected))
+        ));
+    }
+    if !mismatched.is_empty() {
+        parts.push(format!("mismatched [{}]", list(mismatched)));
+    }
+    parts.join("; ")
+}
+
+/// The first few entries of a list, then how many more.
+fn list<T: fmt::Display>(items: &[T]) -> String {
+    let mut s = String::new();
+    for (i, it) in items.iter().take(SHOWN).enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push_str(&it.to_string());
+    }
+    if items.len() > SHOWN {
+        s.push_str(&format!(", … {} more", items.len() - SHOWN));
+    }
+    s
+}
+
+/// A key list entry shown through [`short::path`].
+pub(crate) fn short_keys(keys: &[String]) -> Vec<ShortKey<'_>> {
+    keys.iter().map(|k| ShortKey(k)).collect()
+}
+
+/// A key, displayed shortened.
+pub(crate) struct ShortKey<'a>(&'a str);
+
+impl fmt::Display for ShortKey<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&short::path(self.0))
+    }
+}
+
+/// Cuts a parser message to a bounded length.
+pub(crate) fn cut(msg: &str) -> String {
+    const MAX: usize = 160;
+    match msg.char_indices().nth(MAX) {
+        None => msg.to_owned(),
+        Some((i, _)) => format!("{}…", &msg[..i]),
+    }
+}

@@ -1,0 +1,241 @@
+//! Reading and validating a safetensors header from the first 8 + N bytes of
+//! a file, with every size checked against the file's length before
+//! anything is allocated.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::File;
+use std::io::Read;
+
+use rustc_hash::FxHashSet;
+use safetensors::tensor::TensorInfo;
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+
+use super::error::{BadFile, Error, cut};
+use super::tensor::Dtype;
+use crate::short;
+
+/// The largest header safetensors accepts (its `MAX_HEADER_SIZE`).
+const MAX_HEADER: u64 = 100_000_000;
+
+/// One tensor as the file's header declares it.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("st-doc-ft-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// use scopetree::{ScopeTree, checkpoint};
+/// let mut tree = ScopeTree::new();
+/// let w = tree.var(tree.root(), "w")?;
+/// tree.set(w, vec![1.0_f32; 3])?;
+/// let path = dir.join("a.safetensors");
+/// checkpoint::save(&tree, tree.root(), &path, &checkpoint::SaveOptions::new())?;
+/// let t = &checkpoint::inspect(&path)?[0];
+/// assert_eq!((t.key.as_str(), t.dtype, t.shape.as_slice(), t.end - t.begin), ("w", checkpoint::Dtype::F32, &[3][..], 12));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileTensor {
+    /// The key.
+    pub key: String,
+    /// The element type.
+    pub dtype: Dtype,
+    /// The shape.
+    pub shape: Vec<usize>,
+    /// Where its bytes begin, within the data section.
+    pub begin: u64,
+    /// Where its bytes end, within the data section.
+    pub end: u64,
+}
+
+/// A validated header: the tensors in file order, and where data starts.
+pub(crate) struct Header {
+    pub(crate) tensors: Vec<FileTensor>,
+    pub(crate) data_start: u64,
+}
+
+/// The header's top-level entries in file order, duplicates kept.
+struct Entries(Vec<(String, serde_json::Value)>);
+
+impl<'de> Deserialize<'de> for Entries {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Entries;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object of tensor entries")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries, A::Error> {
+                let mut out = Vec::new();
+                while let Some(kv) = map.next_entry::<String, serde_json::Value>()? {
+                    out.push(kv);
+                }
+                Ok(Entries(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+fn bad(path: &str, problem: BadFile) -> Error {
+    Error::BadFile {
+        path: short::path(path),
+        problem,
+    }
+}
+
+/// Reads and validates the header of `file` (positioned at its start).
+/// Leaves the file positioned at the start of the data section.
+pub(crate) fn read_header(file: &mut File, path: &str) -> Result<Header, Error> {
+    let file_len = file.metadata().map_err(Error::io(path))?.len();
+    if file_len == 0 {
+        return Err(bad(path, BadFile::Empty));
+    }
+    if file_len < 8 {
+        return Err(bad(path, BadFile::TooShort { len: file_len }));
+    }
+    let mut len_bytes = [0_u8; 8];
+    file.read_exact(&mut len_bytes).map_err(Error::io(path))?;
+    let header_len = u64::from_le_bytes(len_bytes);
+    if header_len > file_len - 8 {
+        return Err(bad(
+            path,
+            BadFile::HeaderPastEnd {
+                header_len,
+                file_len,
+            },
+        ));
+    }
+    if header_len > MAX_HEADER {
+        return Err(bad(path, BadFile::HeaderTooLarge { header_len }));
+    }
+    // Bounded by the file's length and by 100 MB, both checked above.
+    #[allow(clippy::cast_possible_truncation)]
+    let mut raw = vec![0_u8; header_len as usize];
+    file.read_exact(&mut raw).map_err(Error::io(path))?;
+    let text = std::str::from_utf8(&raw).map_err(|e| {
+        bad(
+            path,
+            BadFile::NotUtf8 {
+                at: e.valid_up_to(),
+            },
+        )
+    })?;
+    let Entries(entries) = serde_json::from_str(text).map_err(|e| {
+        bad(
+            path,
+            BadFile::BadJson {
+                reason: cut(&e.to_string()),
+            },
+        )
+    })?;
+    drop(raw);
+    let data_start = 8 + header_len;
+    let data_len = file_len - data_start;
+
+    let mut seen = FxHashSet::default();
+    let mut tensors = Vec::with_capacity(entries.len());
+    for (key, value) in entries {
+        if !seen.insert(key.clone()) {
+            return Err(bad(path, BadFile::DuplicateKey { key }));
+        }
+        if key == "__metadata__" {
+            if let Err(e) = serde_json::from_value::<HashMap<String, String>>(value) {
+                return Err(bad(
+                    path,
+                    BadFile::BadEntry {
+                        key,
+                        reason: cut(&e.to_string()),
+                    },
+                ));
+            }
+            continue;
+        }
+        let info: TensorInfo = match serde_json::from_value(value) {
+            Ok(i) => i,
+            Err(e) => {
+                return Err(bad(
+                    path,
+                    BadFile::BadEntry {
+                        key,
+                        reason: cut(&e.to_string()),
+                    },
+                ));
+            }
+        };
+        let (begin, end) = (info.data_offsets.0 as u64, info.data_offsets.1 as u64);
+        if end < begin || end > data_len {
+            return Err(bad(
+                path,
+                BadFile::OutOfRange {
+                    key,
+                    begin,
+                    end,
+                    data_len,
+                },
+            ));
+        }
+        let bits = info
+            .shape
+            .iter()
+            .try_fold(1_u128, |a, &d| a.checked_mul(d as u128))
+            .and_then(|n| n.checked_mul(info.dtype.bitsize() as u128));
+        let fits = bits.is_some_and(|b| b % 8 == 0 && b / 8 == u128::from(end - begin));
+        if !fits {
+            return Err(bad(
+                path,
+                BadFile::SizeMismatch {
+                    key,
+                    dtype: format!("{:?}", info.dtype),
+                    shape: info.shape.iter().map(|&d| d as u64).collect(),
+                    bytes: end - begin,
+                },
+            ));
+        }
+        tensors.push(FileTensor {
+            key,
+            dtype: info.dtype,
+            shape: info.shape,
+            begin,
+            end,
+        });
+    }
+
+    tensors.sort_by_key(|t| (t.begin, t.end));
+    let mut cursor = 0_u64;
+    let mut prev: Option<&str> = None;
+    for t in &tensors {
+        if t.begin < cursor {
+            return Err(bad(
+                path,
+                BadFile::Overlap {
+                    key: t.key.clone(),
+                    other: prev.unwrap_or_default().to_owned(),
+                },
+            ));
+        }
+        if t.begin > cursor {
+            return Err(bad(
+                path,
+                BadFile::Hole {
+                    at: cursor,
+                    len: t.begin - cursor,
+                },
+            ));
+        }
+        cursor = t.end;
+        prev = Some(&t.key);
+    }
+    if cursor < data_len {
+        return Err(bad(
+            path,
+            BadFile::Hole {
+                at: cursor,
+                len: data_len - cursor,
+            },
+        ));
+    }
+    Ok(Header {
+        tensors,
+        data_start,
+    })
+}

@@ -1,0 +1,315 @@
+//! Checkpoints: save and load a tree, a subtree or a store as a
+//! [safetensors](https://github.com/huggingface/safetensors) file, the format
+//! PyTorch, candle, JAX and the Hugging Face tools read.
+//!
+//! - **Keys** are full names relative to the saved scope: scope names and the
+//!   variable's name joined by `/` (or `.` with [`Separator::Dot`], the
+//!   PyTorch and candle spelling). Unnamed scopes have no stable name and are
+//!   left out (the save report lists them). The file's tensors are in a
+//!   deterministic order (by dtype, then key), so equal trees give
+//!   byte-identical files.
+//! - **Values** are tensors when their type is [`Checkpointable`]: `Vec<T>`,
+//!   `Box<[T]>` and [`Tensor<T>`] of every [`Element`]. Any other value makes
+//!   the save fail naming every such variable, unless
+//!   [`SaveOptions::skip_non_tensors`] is set. A flat value (`Vec`, `Box`)
+//!   saves with the shape the sharing layer recorded for it, if any.
+//! - **Save** writes a temporary file beside the target and renames it, so a
+//!   crash never leaves a torn file at the path.
+//! - **Load** is strict and atomic by default: it reads and checks the header
+//!   (sizes against the file's length before any allocation), matches every
+//!   name, shape and dtype against the tree, lists every problem in one
+//!   [`Error::Mismatch`], and changes nothing unless everything matches. Then
+//!   it streams the tensors one at a time. [`LoadOptions`] allows missing or
+//!   unused names, creates the variables the file names, and converts float
+//!   dtypes. The [`LoadReport`] says what was loaded, missing and unused.
+//!
+//! ```
+//! # let dir = std::env::temp_dir().join(format!("st-doc-mod-{}", std::process::id()));
+//! # std::fs::create_dir_all(&dir)?;
+//! use scopetree::{ScopeTree, checkpoint};
+//!
+//! let mut tree = ScopeTree::new();
+//! let enc = tree.new_named_scope(tree.root(), "encoder")?;
+//! let w = tree.var(enc, "w")?;
+//! tree.set(w, vec![0.5_f32; 6])?;
+//! let path = dir.join("model.safetensors");
+//! checkpoint::save(&tree, tree.root(), &path, &checkpoint::SaveOptions::new())?;
+//!
+//! // A fresh process: load before the model is built.
+//! let mut fresh = ScopeTree::new();
+//! let root = fresh.root();
+//! let report = checkpoint::load(&mut fresh, root, &path,
+//!                               &checkpoint::LoadOptions::new().create(true))?;
+//! assert_eq!(report.created, ["encoder/w"]);
+//! let enc2 = fresh.kid(fresh.root(), "encoder")?.expect("created");
+//! let w2 = fresh.find_local_var(enc2, "w")?.expect("created");
+//! assert_eq!(fresh.get::<Vec<f32>>(w2)?, &[0.5; 6]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod error;
+mod header;
+mod load;
+mod save;
+mod tensor;
+
+use std::path::Path;
+
+pub use error::{BadFile, Error, Mismatch, NotTensor};
+pub use header::FileTensor;
+pub use load::{DtypePolicy, LoadOptions, LoadReport};
+pub use save::{SaveOptions, SaveReport};
+pub use tensor::{Checkpointable, Dtype, Element, Tensor};
+
+use crate::sharing::VariableStore;
+use crate::{ScopeId, ScopeTree, VarId};
+
+/// The separator between the scope names of a key.
+///
+/// ```
+/// use scopetree::checkpoint::Separator;
+/// assert_eq!(Separator::default().as_str(), "/");
+/// assert_eq!(Separator::Dot.as_str(), ".");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Separator {
+    /// `encoder/layer_1/w`, the tree's own paths (the default).
+    #[default]
+    Slash,
+    /// `encoder.layer_1.w`, PyTorch and candle names.
+    Dot,
+}
+
+impl Separator {
+    /// The separator's text. O(1).
+    ///
+    /// ```
+    /// assert_eq!(scopetree::checkpoint::Separator::Slash.as_str(), "/");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Slash => "/",
+            Self::Dot => ".",
+        }
+    }
+}
+
+/// Saves every variable of `scope` and below it to `path`, keys relative to
+/// `scope` (pass [`ScopeTree::root`] to save the whole tree). O(size of the
+/// subtree + bytes written).
+///
+/// # Errors
+/// [`Error::NotTensors`] naming every variable that holds no tensor (unless
+/// skipped); [`Error::KeyCollision`]; [`Error::Write`] when the file cannot
+/// be written (nothing is left at `path` then); [`Error::Tree`] for a stale
+/// or foreign scope.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("st-doc-save-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// use scopetree::{ScopeTree, checkpoint::{self, SaveOptions, Separator}};
+/// let mut tree = ScopeTree::new();
+/// let dec = tree.new_named_scope(tree.root(), "decoder")?;
+/// let b = tree.var(dec, "bias")?;
+/// tree.set(b, vec![0_i64; 4])?;
+/// let r = checkpoint::save(&tree, tree.root(), dir.join("d.safetensors"),
+///                          &SaveOptions::new().separator(Separator::Dot))?;
+/// assert_eq!(r.keys, ["decoder.bias"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn save(
+    tree: &ScopeTree,
+    scope: ScopeId,
+    path: impl AsRef<Path>,
+    opts: &SaveOptions,
+) -> Result<SaveReport, Error> {
+    save::save_with(tree, scope, path.as_ref(), opts, &|_| None)
+}
+
+/// Saves a whole [`VariableStore`]: like [`save`] from its root, with the
+/// shapes the store recorded for flat values. O(variables + bytes written).
+///
+/// # Errors
+/// As [`save`].
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("st-doc-saves-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// use scopetree::{checkpoint, sharing::VariableStore};
+/// let mut store = VariableStore::new();
+/// let root = store.tree().root();
+/// let w = store.tree_mut().var(root, "w")?;
+/// store.tree_mut().set(w, vec![1.0_f64; 2])?;
+/// let r = checkpoint::save_store(&store, dir.join("s.safetensors"), &checkpoint::SaveOptions::new())?;
+/// assert_eq!(r.keys, ["w"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn save_store(
+    store: &VariableStore,
+    path: impl AsRef<Path>,
+    opts: &SaveOptions,
+) -> Result<SaveReport, Error> {
+    let tree = store.tree();
+    save::save_with(tree, tree.root(), path.as_ref(), opts, &|v| {
+        store_shape(store, v)
+    })
+}
+
+/// Loads `path` into the variables of `scope` and below it, keys relative
+/// to `scope`. Strict and atomic unless `opts` relaxes it. O(header +
+/// variables + bytes read); extra memory about one tensor beyond the values
+/// kept for undo (see [`LoadOptions::rollback`]).
+///
+/// # Errors
+/// [`Error::Io`], [`Error::BadFile`] for a malformed file;
+/// [`Error::Mismatch`] listing every missing, unexpected and mismatched key;
+/// [`Error::KeyCollision`]; [`Error::Data`] if reading fails after the checks;
+/// [`Error::Tree`] for a stale or foreign scope. On any error the tree is as
+/// before the call (except [`Error::Data`] with `rollback(false)`).
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("st-doc-load-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// use scopetree::{ScopeTree, checkpoint::{self, LoadOptions, SaveOptions}};
+/// let mut tree = ScopeTree::new();
+/// let w = tree.var(tree.root(), "w")?;
+/// tree.set(w, vec![1_u16, 2, 3])?;
+/// let path = dir.join("w.safetensors");
+/// checkpoint::save(&tree, tree.root(), &path, &SaveOptions::new())?;
+/// tree.set(w, vec![0_u16; 3])?;
+/// let root = tree.root();
+/// let report = checkpoint::load(&mut tree, root, &path, &LoadOptions::new())?;
+/// assert_eq!(report.loaded, ["w"]);
+/// assert_eq!(tree.get::<Vec<u16>>(w)?, &[1, 2, 3]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn load(
+    tree: &mut ScopeTree,
+    scope: ScopeId,
+    path: impl AsRef<Path>,
+    opts: &LoadOptions,
+) -> Result<LoadReport, Error> {
+    let path = path.as_ref();
+    let (plan, file) = load::plan(tree, scope, path, opts, &|_| None)?;
+    load::apply(tree, scope, plan, file, path, opts)
+}
+
+/// Loads `path` into a whole [`VariableStore`]: like [`load`] from its root,
+/// checking flat values against the shapes the store recorded. Variables
+/// that [`LoadOptions::create`] makes are plain tree variables (the store
+/// records no shape or initializer for them). O(as [`load`]).
+///
+/// # Errors
+/// As [`load`].
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("st-doc-loads-{}", std::process::id()));
+/// # std::fs::create_dir_all(&dir)?;
+/// use scopetree::{checkpoint, sharing::VariableStore};
+/// let mut store = VariableStore::new();
+/// let root = store.tree().root();
+/// let w = store.tree_mut().var(root, "w")?;
+/// store.tree_mut().set(w, vec![1.0_f32; 2])?;
+/// let path = dir.join("s.safetensors");
+/// checkpoint::save_store(&store, &path, &checkpoint::SaveOptions::new())?;
+/// let r = checkpoint::load_store(&mut store, &path, &checkpoint::LoadOptions::new())?;
+/// assert_eq!(r.loaded, ["w"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn load_store(
+    store: &mut VariableStore,
+    path: impl AsRef<Path>,
+    opts: &LoadOptions,
+) -> Result<LoadReport, Error> {
+    let path = path.as_ref();
+    let root = store.tree().root();
+    let (plan, file) = load::plan(store.tree(), root, path, opts, &|v| store_shape(store, v))?;
+    load::apply(store.tree_mut(), root, plan, file, path, opts)
+}
+
+/// The tensors a file declares, in file order, after the same validation a
+/// load does. Reads the header only. O(header).
+///
+/// # Errors
+/// [`Error::Io`] or [`Error::BadFile`].
+///
+/// ```
+/// let err = scopetree::checkpoint::inspect("/nonexistent.safetensors").unwrap_err();
+/// assert!(matches!(err, scopetree::checkpoint::Error::Io { .. }));
+/// ```
+pub fn inspect(path: impl AsRef<Path>) -> Result<Vec<FileTensor>, Error> {
+    let path = path.as_ref();
+    let shown = path.to_string_lossy();
+    let mut file = std::fs::File::open(path).map_err(Error::io(&shown))?;
+    Ok(header::read_header(&mut file, &shown)?.tensors)
+}
+
+/// The fully defined shape the store recorded for `var`, if any.
+fn store_shape(store: &VariableStore, var: VarId) -> Option<Vec<usize>> {
+    store
+        .initial_shape(var)
+        .ok()
+        .flatten()
+        .and_then(|s| s.to_vec())
+}
+
+/// A key filter: keys for which it returns `false` are left out of a save,
+/// or ignored on both sides of a load.
+pub(crate) type Filter = std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// The variables below a scope, keyed.
+pub(crate) struct Walked {
+    /// (key, variable), sorted by key, keys unique.
+    pub(crate) vars: Vec<(String, VarId)>,
+    /// Paths of unnamed scopes that were left out.
+    pub(crate) unnamed_scopes: Vec<String>,
+}
+
+/// Keys every variable of `scope` and its named descendants, iteratively.
+/// O(size of the subtree × depth) for the key texts.
+pub(crate) fn walk(
+    tree: &ScopeTree,
+    scope: ScopeId,
+    sep: Separator,
+    filter: Option<&Filter>,
+) -> Result<Walked, Error> {
+    let sep = sep.as_str();
+    let mut comps: Vec<Option<&str>> = Vec::new();
+    let mut vars = Vec::new();
+    let mut unnamed_scopes = Vec::new();
+    for (s, depth) in tree.descendants(scope)? {
+        if depth > 0 {
+            comps.truncate(depth - 1);
+            comps.push(tree.scope_name(s)?);
+        }
+        if let Some(pos) = comps.iter().position(Option::is_none) {
+            if pos + 1 == comps.len() {
+                unnamed_scopes.push(tree.path(s)?);
+            }
+            continue;
+        }
+        let mut prefix = String::new();
+        for c in comps.iter().flatten() {
+            prefix.push_str(c);
+            prefix.push_str(sep);
+        }
+        for (name, var) in tree.local_vars(s)? {
+            let key = format!("{prefix}{name}");
+            if filter.is_none_or(|f| f(&key)) {
+                vars.push((key, var));
+            }
+        }
+    }
+    vars.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    if let Some(w) = vars.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(Error::KeyCollision {
+            key: w[0].0.clone(),
+            first: tree.var_path(w[0].1)?,
+            second: tree.var_path(w[1].1)?,
+        });
+    }
+    Ok(Walked {
+        vars,
+        unnamed_scopes,
+    })
+}

@@ -1,0 +1,374 @@
+//! Checkpoints: malformed files. Each listed malformation is a clear error
+//! and leaves the tree unchanged; a proptest mutates valid files (truncate,
+//! flip, splice bytes in header and data) and checks that every load either
+//! fails leaving the tree unchanged or loads exactly what the file holds.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use scopetree::checkpoint::{
+    self, BadFile, Checkpointable, Error, LoadOptions, SaveOptions, Tensor,
+};
+use scopetree::{ScopeTree, VarId};
+
+/// The model the files are loaded into: a: f32 x5, s/b: i16 [2,3], s/c: u8 x4.
+fn model(fill: bool) -> (ScopeTree, [VarId; 3]) {
+    let mut t = ScopeTree::new();
+    let s = t.new_named_scope(t.root(), "s").unwrap();
+    let a = t.var(t.root(), "a").unwrap();
+    let b = t.var(s, "b").unwrap();
+    let c = t.var(s, "c").unwrap();
+    let k = if fill { 1 } else { 0 };
+    t.set(
+        a,
+        (0..5).map(|i| (i * k) as f32 + 0.5).collect::<Vec<f32>>(),
+    )
+    .unwrap();
+    t.set(
+        b,
+        Tensor::new(vec![2, 3], (0..6).map(|i| (i * k) as i16 - 3).collect()).unwrap(),
+    )
+    .unwrap();
+    t.set(c, vec![7_u8 * k as u8; 4]).unwrap();
+    (t, [a, b, c])
+}
+
+/// Each variable's key and bytes.
+fn state(t: &ScopeTree, [a, b, c]: [VarId; 3]) -> Vec<(String, Vec<u8>)> {
+    vec![
+        (
+            "a".into(),
+            t.get::<Vec<f32>>(a).unwrap().le_bytes().into_owned(),
+        ),
+        (
+            "s/b".into(),
+            t.get::<Tensor<i16>>(b).unwrap().le_bytes().into_owned(),
+        ),
+        (
+            "s/c".into(),
+            t.get::<Vec<u8>>(c).unwrap().le_bytes().into_owned(),
+        ),
+    ]
+}
+
+fn valid_file() -> Vec<u8> {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("v");
+    let (t, _) = model(true);
+    checkpoint::save(&t, t.root(), &p, &SaveOptions::new()).unwrap();
+    std::fs::read(&p).unwrap()
+}
+
+/// A file from a header text and data bytes.
+fn file(header: &str, data: &[u8]) -> Vec<u8> {
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+/// Loads `bytes` into a filled model; returns the error after checking that
+/// the tree did not change.
+fn load_err(bytes: &[u8]) -> Error {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("bad.safetensors");
+    std::fs::write(&p, bytes).unwrap();
+    let (mut t, vars) = model(false);
+    let before = state(&t, vars);
+    let counts = (t.scope_count(), t.var_count());
+    let root = t.root();
+    let err = checkpoint::load(&mut t, root, &p, &LoadOptions::new().create(true))
+        .expect_err("a malformed file must not load");
+    assert_eq!(
+        state(&t, vars),
+        before,
+        "tree changed by a failed load: {err}"
+    );
+    assert_eq!((t.scope_count(), t.var_count()), counts);
+    let msg = err.to_string();
+    assert!(msg.contains("bad.safetensors"), "{msg}");
+    assert!(msg.len() < 700, "message too long: {} bytes", msg.len());
+    err
+}
+
+fn problem(bytes: &[u8]) -> BadFile {
+    match load_err(bytes) {
+        Error::BadFile { problem, .. } => problem,
+        other => panic!("expected BadFile, got {other}"),
+    }
+}
+
+const GOOD_A: &str = r#""a":{"dtype":"F32","shape":[5],"data_offsets":[0,20]}"#;
+
+#[test]
+fn an_empty_file() {
+    assert_eq!(problem(b""), BadFile::Empty);
+}
+
+#[test]
+fn a_file_shorter_than_the_header_length() {
+    assert_eq!(problem(b"\x05\0\0"), BadFile::TooShort { len: 3 });
+}
+
+#[test]
+fn a_header_length_past_the_end() {
+    let mut f = valid_file();
+    let len = f.len() as u64;
+    f[..8].copy_from_slice(&(len).to_le_bytes());
+    assert!(
+        matches!(problem(&f), BadFile::HeaderPastEnd { header_len, file_len } if header_len == len && file_len == len)
+    );
+    f[..8].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(matches!(problem(&f), BadFile::HeaderPastEnd { .. }));
+}
+
+#[test]
+fn a_header_that_is_not_utf8() {
+    let mut f = valid_file();
+    f[9] = 0xff;
+    assert_eq!(problem(&f), BadFile::NotUtf8 { at: 1 });
+}
+
+#[test]
+fn a_header_that_is_not_json() {
+    assert!(matches!(
+        problem(&file("{\"a\":", &[])),
+        BadFile::BadJson { .. }
+    ));
+    assert!(matches!(
+        problem(&file("[1,2]", &[])),
+        BadFile::BadJson { .. }
+    ));
+    let err = load_err(&file("{\"a\":", &[]));
+    assert!(err.to_string().contains("is not valid JSON"), "{err}");
+}
+
+#[test]
+fn an_entry_without_offsets_or_with_a_bad_dtype() {
+    let h = r#"{"a":{"dtype":"F32","shape":[5]}}"#;
+    assert!(matches!(problem(&file(h, &[0; 20])), BadFile::BadEntry { key, .. } if key == "a"));
+    let h = r#"{"a":{"dtype":"F33","shape":[5],"data_offsets":[0,20]}}"#;
+    assert!(matches!(
+        problem(&file(h, &[0; 20])),
+        BadFile::BadEntry { .. }
+    ));
+    let h = r#"{"a":{"dtype":"F32","shape":[-5],"data_offsets":[0,20]}}"#;
+    assert!(matches!(
+        problem(&file(h, &[0; 20])),
+        BadFile::BadEntry { .. }
+    ));
+    let h = r#"{"__metadata__":{"k":1}}"#;
+    assert!(matches!(problem(&file(h, &[])), BadFile::BadEntry { .. }));
+}
+
+#[test]
+fn a_duplicate_key() {
+    let h = format!(
+        "{{{GOOD_A},{}}}",
+        r#""a":{"dtype":"F32","shape":[5],"data_offsets":[20,40]}"#
+    );
+    assert_eq!(
+        problem(&file(&h, &[0; 40])),
+        BadFile::DuplicateKey { key: "a".into() }
+    );
+}
+
+#[test]
+fn offsets_out_of_range() {
+    let h = r#"{"a":{"dtype":"F32","shape":[5],"data_offsets":[0,20]}}"#;
+    assert!(matches!(
+        problem(&file(h, &[0; 12])),
+        BadFile::OutOfRange {
+            end: 20,
+            data_len: 12,
+            ..
+        }
+    ));
+    let h = r#"{"a":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}}"#;
+    assert!(matches!(
+        problem(&file(h, &[0; 12])),
+        BadFile::OutOfRange { .. }
+    ));
+    let h = r#"{"a":{"dtype":"F32","shape":[5],"data_offsets":[18446744073709551600,18446744073709551615]}}"#;
+    assert!(matches!(
+        problem(&file(h, &[0; 12])),
+        BadFile::OutOfRange { .. }
+    ));
+}
+
+#[test]
+fn overlapping_ranges() {
+    let h = format!(
+        "{{{GOOD_A},{}}}",
+        r#""s/c":{"dtype":"U8","shape":[4],"data_offsets":[16,20]}"#
+    );
+    assert!(matches!(
+        problem(&file(&h, &[0; 20])),
+        BadFile::Overlap { .. }
+    ));
+}
+
+#[test]
+fn holes_between_or_after_tensors() {
+    let h = format!(
+        "{{{}}}",
+        r#""a":{"dtype":"F32","shape":[5],"data_offsets":[4,24]}"#
+    );
+    assert_eq!(
+        problem(&file(&h, &[0; 24])),
+        BadFile::Hole { at: 0, len: 4 }
+    );
+    let h = format!("{{{GOOD_A}}}");
+    assert_eq!(
+        problem(&file(&h, &[0; 27])),
+        BadFile::Hole { at: 20, len: 7 }
+    );
+}
+
+#[test]
+fn a_shape_that_disagrees_with_its_range() {
+    let h = r#"{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,20]}}"#;
+    assert!(matches!(
+        problem(&file(h, &[0; 20])),
+        BadFile::SizeMismatch { bytes: 20, .. }
+    ));
+    // 10^12 elements declared over 20 bytes: rejected before any allocation.
+    let h = r#"{"a":{"dtype":"F32","shape":[1000000,1000000],"data_offsets":[0,20]}}"#;
+    let p = problem(&file(h, &[0; 20]));
+    assert!(
+        matches!(&p, BadFile::SizeMismatch { shape, .. } if shape == &[1_000_000, 1_000_000]),
+        "{p}"
+    );
+    // A shape whose product overflows.
+    let h = r#"{"a":{"dtype":"F32","shape":[18446744073709551615,18446744073709551615,4],"data_offsets":[0,20]}}"#;
+    assert!(matches!(
+        problem(&file(h, &[0; 20])),
+        BadFile::SizeMismatch { .. }
+    ));
+}
+
+#[test]
+fn a_truncated_file() {
+    let f = valid_file();
+    for cut in [f.len() - 1, f.len() - 9, 20, 9, 8] {
+        let err = load_err(&f[..cut]);
+        assert!(matches!(err, Error::BadFile { .. }), "cut {cut}: {err}");
+    }
+}
+
+#[test]
+fn a_long_key_keeps_the_message_short() {
+    let key = "k".repeat(100_000);
+    let h = format!(r#"{{"{key}":{{"dtype":"F32","shape":[4],"data_offsets":[0,20]}}}}"#);
+    let err = load_err(&file(&h, &[0; 20]));
+    assert!(err.to_string().len() < 700);
+}
+
+#[test]
+fn a_valid_file_loads_exactly() {
+    let f = valid_file();
+    check_mutated(&f);
+}
+
+/// Loads `bytes` into a zero model: an error must leave the tree unchanged;
+/// success must leave every variable holding exactly the file's bytes.
+fn check_mutated(bytes: &[u8]) {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("m.safetensors");
+    std::fs::write(&p, bytes).unwrap();
+    let (mut t, vars) = model(false);
+    let before = state(&t, vars);
+    let root = t.root();
+    match checkpoint::load(&mut t, root, &p, &LoadOptions::new()) {
+        Err(_) => assert_eq!(state(&t, vars), before),
+        Ok(report) => {
+            assert_eq!(report.loaded.len(), 3);
+            assert_eq!(state(&t, vars), file_values(&p, bytes));
+        }
+    }
+    // Creating into an empty tree: on error the tree stays empty.
+    let mut e = ScopeTree::new();
+    let root = e.root();
+    if checkpoint::load(&mut e, root, &p, &LoadOptions::new().create(true)).is_err() {
+        assert_eq!((e.scope_count(), e.var_count()), (1, 0));
+    }
+}
+
+/// Each key's bytes as the file declares them.
+fn file_values(p: &Path, bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let start = 8 + n;
+    let mut out: Vec<_> = checkpoint::inspect(p)
+        .unwrap()
+        .into_iter()
+        .map(|f| {
+            (
+                f.key,
+                bytes[start + f.begin as usize..start + f.end as usize].to_vec(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[derive(Debug, Clone)]
+enum Mutation {
+    Truncate(usize),
+    Flip(usize, u8),
+    Splice(usize, usize, Vec<u8>),
+}
+
+fn apply(mut f: Vec<u8>, m: &Mutation) -> Vec<u8> {
+    match m {
+        Mutation::Truncate(at) => f.truncate(at % (f.len() + 1)),
+        Mutation::Flip(_, _) if f.is_empty() => {}
+        Mutation::Flip(at, mask) => {
+            let i = at % f.len();
+            f[i] ^= mask.max(&1);
+        }
+        Mutation::Splice(at, del, ins) => {
+            let i = at % (f.len() + 1);
+            let j = (i + del).min(f.len());
+            f.splice(i..j, ins.iter().copied());
+        }
+    }
+    f
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        any::<usize>().prop_map(Mutation::Truncate),
+        (any::<usize>(), any::<u8>()).prop_map(|(a, m)| Mutation::Flip(a, m)),
+        // Bias flips and splices toward the header (the first ~250 bytes).
+        (0..260_usize, any::<u8>()).prop_map(|(a, m)| Mutation::Flip(a, m)),
+        (
+            any::<usize>(),
+            0..16_usize,
+            prop::collection::vec(any::<u8>(), 0..16)
+        )
+            .prop_map(|(a, d, i)| Mutation::Splice(a, d, i)),
+        (
+            0..260_usize,
+            0..8_usize,
+            prop::collection::vec(
+                prop::sample::select(b"{}[]\":,0123456789ae ".to_vec()),
+                0..8
+            )
+        )
+            .prop_map(|(a, d, i)| Mutation::Splice(a, d, i)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn mutated_files_fail_cleanly_or_load_exactly(ms in prop::collection::vec(mutation(), 1..4)) {
+        let mut f = valid_file();
+        for m in &ms {
+            f = apply(f, m);
+        }
+        check_mutated(&f);
+    }
+}
