@@ -7,8 +7,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::arena::{ScopeId, ScopeKey, VarId, VarKey};
-use crate::error::Error;
 use crate::sharing::collections::{GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES};
+use crate::sharing::error::Error;
 use crate::sharing::init::{ErasedInit, InitKind, Initializer};
 use crate::sharing::path::Path;
 use crate::sharing::scope::{Reuse, VarScope};
@@ -235,7 +235,7 @@ type GetterFn =
 ///     store.get_variable(s, VarSpec::new("v").initializer(Initializer::constant(1.0_f32)))
 /// })?;
 /// assert_eq!(calls.load(Ordering::Relaxed), 1);
-/// # Ok::<(), scopetree::Error>(())
+/// # Ok::<(), scopetree::sharing::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct CustomGetter(Arc<GetterFn>);
@@ -309,7 +309,7 @@ impl TypeInfo {
 /// let v = store.get_variable(&root, VarSpec::new("v")
 ///     .initializer(Initializer::constant(1_u8)).custom_getter(rename))?;
 /// assert_eq!(store.full_name(v)?, "v_renamed");
-/// # Ok::<(), scopetree::Error>(())
+/// # Ok::<(), scopetree::sharing::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct GetterArgs {
@@ -342,7 +342,7 @@ impl GetterArgs {
     /// let mut store = VariableStore::new();
     /// let root = store.root_scope();
     /// store.get_variable(&root, VarSpec::new("v").initializer(Initializer::constant(1.0_f32)).custom_getter(check))?;
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn value_type(&self) -> &'static str {
         self.ty.name
@@ -399,7 +399,7 @@ impl fmt::Debug for GetterArgs {
 /// let root = store.root_scope();
 /// store.get_variable(&root, VarSpec::new("v").initializer(Initializer::constant(0_i32)).custom_getter(twice))?;
 /// assert_eq!(store.global_variables(None)?.len(), 2);
-/// # Ok::<(), scopetree::Error>(())
+/// # Ok::<(), scopetree::sharing::Error>(())
 /// ```
 #[derive(Copy, Clone)]
 pub struct NextGetter<'a> {

@@ -4,6 +4,7 @@
 //!
 //! | file | holds |
 //! |---|---|
+//! | `error` | [`Error`]: the sharing errors, and the tree's wrapped in [`Error::Tree`] |
 //! | `store` | [`VariableStore`]: entering scopes, `get_variable`, full-name lookups, collections listings, deletion, the journal frames that undo a panicking call |
 //! | `getter` | the true getter (locate, check the share, create), [`VarSpec`], [`CustomGetter`], [`GetterArgs`], [`NextGetter`] |
 //! | `scope` | [`VarScope`], [`Reuse`], [`ScopeOpts`] |
@@ -31,11 +32,12 @@
 //! let b = store.variable_scope(&root, "tower", Reuse::Reuse, |s, vs| s.get_variable(vs, spec()))?;
 //! assert_eq!(a, b);
 //! assert_eq!(store.full_name(a)?, "tower/w");
-//! # Ok::<(), scopetree::Error>(())
+//! # Ok::<(), scopetree::sharing::Error>(())
 //! ```
 
 mod collections;
 mod counts;
+mod error;
 mod getter;
 mod index;
 mod init;
@@ -47,6 +49,7 @@ mod store;
 mod template;
 
 pub use collections::{GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES};
+pub use error::Error;
 pub use getter::{CustomGetter, GetterArgs, NextGetter, VarSpec};
 pub use init::Initializer;
 pub use scope::{Reuse, ScopeOpts, VarScope};

@@ -34,7 +34,7 @@ use crate::sharing::init::{AnyInit, Initializer};
 ///         Ok(())
 ///     })
 /// })?;
-/// # Ok::<(), scopetree::Error>(())
+/// # Ok::<(), scopetree::sharing::Error>(())
 /// ```
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Reuse {
@@ -202,7 +202,7 @@ pub(crate) fn set_init<T: Send + Sync + 'static>(
 /// [`reenter_scope`](crate::sharing::VariableStore::reenter_scope) from
 /// anywhere and it keeps its own full name and settings. It holds a
 /// [`ScopeId`]: once that scope is deleted, every call given this `VarScope`
-/// returns [`Error::StaleScope`](crate::Error::StaleScope).
+/// returns [`Tree`](crate::sharing::Error::Tree)([`StaleScope`](crate::Error::StaleScope)).
 ///
 /// ```
 /// use scopetree::sharing::{VariableStore, ScopeOpts};
@@ -211,7 +211,7 @@ pub(crate) fn set_init<T: Send + Sync + 'static>(
 /// let tower = store.variable_scope(&root, "tower", ScopeOpts::new(), |_, vs| Ok(vs.clone()))?;
 /// assert_eq!(tower.name(), "tower");
 /// assert_eq!(store.tree().path(tower.place())?, "tower");
-/// # Ok::<(), scopetree::Error>(())
+/// # Ok::<(), scopetree::sharing::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct VarScope {
