@@ -2,7 +2,7 @@
 
 use crate::arena::ScopeId;
 use crate::error::{ShowPath, short_type_name, show_type};
-use crate::sharing::scope::Reuse;
+use crate::sharing::reuse::Reuse;
 
 /// Everything that can go wrong when using a
 /// [`VariableStore`](crate::sharing::VariableStore): TensorFlow's sharing

@@ -26,7 +26,8 @@ use crate::sharing::getter::{self, VarSpec};
 use crate::sharing::index::FullNames;
 use crate::sharing::journal::{Journal, Saved, Undo};
 use crate::sharing::path::Path;
-use crate::sharing::scope::{Reuse, ScopeOpts, VarScope};
+use crate::sharing::reuse::Reuse;
+use crate::sharing::scope::{ScopeOpts, VarScope};
 use crate::sharing::shape::{HasShape, Shape};
 use crate::tree::ScopeTree;
 

@@ -6,10 +6,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use crate::arena::VarId;
 use crate::names::validate_name;
+use crate::sharing::chain::CustomGetter;
 use crate::sharing::collections::{GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES};
 use crate::sharing::error::Error;
-use crate::sharing::getter::CustomGetter;
-use crate::sharing::scope::{Reuse, ScopeOpts, VarScope};
+use crate::sharing::reuse::Reuse;
+use crate::sharing::scope::{ScopeOpts, VarScope};
 use crate::sharing::store::VariableStore;
 
 /// How many created names a [`Error::TemplateCreatedVariable`] lists.
