@@ -5,7 +5,7 @@
 use std::num::NonZeroUsize;
 
 use scopetree::sharing::{
-    Initializer, Reuse, ScopeOpts, Template, VarScope, VarSpec, VariableStore,
+    self, Initializer, Reuse, ScopeOpts, Template, VarScope, VarSpec, VariableStore,
 };
 use scopetree::{Error, ScopeTree, StepError, StepScopes, WorkerAccessReason, WorkerError};
 
@@ -23,7 +23,7 @@ fn f32s(n: usize) -> Initializer<Vec<f32>> {
 }
 
 /// A store with `enc/layer/w`, a `Vec<f32>` of shape [2].
-fn store_with_w() -> Result<(VariableStore, VarScope), Error> {
+fn store_with_w() -> Result<(VariableStore, VarScope), sharing::Error> {
     let mut store = VariableStore::new();
     let root = store.root_scope();
     store.variable_scope(&root, "enc/layer", ScopeOpts::new(), |s, vs| {
@@ -33,7 +33,7 @@ fn store_with_w() -> Result<(VariableStore, VarScope), Error> {
 }
 
 #[test]
-fn variable_exists_names_the_variable_scope_and_the_reuse_modes() -> Result<(), Error> {
+fn variable_exists_names_the_variable_scope_and_the_reuse_modes() -> Result<(), sharing::Error> {
     let (mut store, root) = store_with_w()?;
     let err = store
         .variable_scope(&root, "enc/layer", ScopeOpts::new(), |s, vs| {
@@ -41,7 +41,7 @@ fn variable_exists_names_the_variable_scope_and_the_reuse_modes() -> Result<(), 
         })
         .unwrap_err();
     assert!(
-        matches!(&err, Error::VariableExists { name, scope } if name == "w" && scope == "enc/layer")
+        matches!(&err, sharing::Error::VariableExists { name, scope } if name == "w" && scope == "enc/layer")
     );
     says(
         &err,
@@ -57,13 +57,13 @@ fn variable_exists_names_the_variable_scope_and_the_reuse_modes() -> Result<(), 
     let err = store
         .get_variable(&root, VarSpec::new("top").initializer(f32s(1)))
         .unwrap_err();
-    assert!(matches!(&err, Error::VariableExists { scope, .. } if scope.is_empty()));
+    assert!(matches!(&err, sharing::Error::VariableExists { scope, .. } if scope.is_empty()));
     says(&err, &["`top`", "`<root>`"]);
     Ok(())
 }
 
 #[test]
-fn variable_missing_names_the_variable_scope_and_auto_reuse() -> Result<(), Error> {
+fn variable_missing_names_the_variable_scope_and_auto_reuse() -> Result<(), sharing::Error> {
     let (mut store, root) = store_with_w()?;
     let err = store
         .variable_scope(&root, "enc/layer", Reuse::Reuse, |s, vs| {
@@ -71,7 +71,7 @@ fn variable_missing_names_the_variable_scope_and_auto_reuse() -> Result<(), Erro
         })
         .unwrap_err();
     assert!(
-        matches!(&err, Error::VariableMissing { name, scope } if name == "b" && scope == "enc/layer")
+        matches!(&err, sharing::Error::VariableMissing { name, scope } if name == "b" && scope == "enc/layer")
     );
     says(
         &err,
@@ -86,7 +86,7 @@ fn variable_missing_names_the_variable_scope_and_auto_reuse() -> Result<(), Erro
 }
 
 #[test]
-fn shape_mismatch_names_both_shapes() -> Result<(), Error> {
+fn shape_mismatch_names_both_shapes() -> Result<(), sharing::Error> {
     let (mut store, root) = store_with_w()?;
     let err = store
         .variable_scope(&root, "enc/layer", Reuse::Reuse, |s, vs| {
@@ -94,7 +94,7 @@ fn shape_mismatch_names_both_shapes() -> Result<(), Error> {
         })
         .unwrap_err();
     assert!(
-        matches!(&err, Error::ShapeMismatch { expected, found, .. } if expected == "[3]" && found == "[2]")
+        matches!(&err, sharing::Error::ShapeMismatch { expected, found, .. } if expected == "[3]" && found == "[2]")
     );
     says(
         &err,
@@ -111,14 +111,14 @@ fn shape_mismatch_names_both_shapes() -> Result<(), Error> {
 }
 
 #[test]
-fn share_type_mismatch_names_both_types() -> Result<(), Error> {
+fn share_type_mismatch_names_both_types() -> Result<(), sharing::Error> {
     let (mut store, root) = store_with_w()?;
     let err = store
         .variable_scope(&root, "enc/layer", Reuse::Reuse, |s, vs| {
             s.get_variable::<Vec<u8>>(vs, VarSpec::new("w"))
         })
         .unwrap_err();
-    assert!(matches!(&err, Error::ShareTypeMismatch { name, .. } if name == "w"));
+    assert!(matches!(&err, sharing::Error::ShareTypeMismatch { name, .. } if name == "w"));
     says(
         &err,
         &["`w`", "`enc/layer`", "Vec<u8>", "Vec<f32>", "held type"],
@@ -141,7 +141,7 @@ fn init_shape_mismatch_names_the_made_and_the_asked_shape() {
         })
         .unwrap_err();
     assert!(
-        matches!(&err, Error::InitShapeMismatch { expected, found, .. } if expected == "[4]" && found == "[3]")
+        matches!(&err, sharing::Error::InitShapeMismatch { expected, found, .. } if expected == "[4]" && found == "[3]")
     );
     says(
         &err,
@@ -161,7 +161,7 @@ fn initializer_required_names_the_type_and_both_places_to_give_one() {
         })
         .unwrap_err();
     assert!(
-        matches!(&err, Error::InitializerRequired { name, scope, .. } if name == "w" && scope == "a/b")
+        matches!(&err, sharing::Error::InitializerRequired { name, scope, .. } if name == "w" && scope == "a/b")
     );
     says(
         &err,
@@ -190,7 +190,7 @@ fn constant_with_shape_says_a_constant_brings_its_shape() {
         })
         .unwrap_err();
     assert!(
-        matches!(&err, Error::ConstantWithShape { name, scope } if name == "v" && scope == "c")
+        matches!(&err, sharing::Error::ConstantWithShape { name, scope } if name == "v" && scope == "c")
     );
     says(
         &err,
@@ -211,7 +211,7 @@ fn shape_required_shows_the_shape_given_or_unknown() {
     let err = store
         .get_variable(&root, VarSpec::new("z").initializer(zeros()))
         .unwrap_err();
-    assert!(matches!(&err, Error::ShapeRequired { shape, .. } if shape == "unknown"));
+    assert!(matches!(&err, sharing::Error::ShapeRequired { shape, .. } if shape == "unknown"));
     says(
         &err,
         &[
@@ -246,7 +246,7 @@ fn reuse_without_name_names_the_default_name_and_the_mode() {
             })
             .unwrap_err();
         assert!(
-            matches!(&err, Error::ReuseWithoutName { default_name, scope, reuse: r }
+            matches!(&err, sharing::Error::ReuseWithoutName { default_name, scope, reuse: r }
             if default_name == "layer" && scope == "outer" && *r == reuse)
         );
         says(
@@ -273,7 +273,7 @@ fn reuse_without_name_names_the_default_name_and_the_mode() {
 }
 
 #[test]
-fn template_created_variable_lists_the_new_full_names() -> Result<(), Error> {
+fn template_created_variable_lists_the_new_full_names() -> Result<(), sharing::Error> {
     let mut store = VariableStore::new();
     let root = store.root_scope();
     let mut calls = 0;
@@ -289,7 +289,7 @@ fn template_created_variable_lists_the_new_full_names() -> Result<(), Error> {
     store.variable_scope(&root, "net", ScopeOpts::new(), |s, vs| t.call(s, vs, ()))?;
     let err = t.call(&mut store, &root, ()).unwrap_err();
     assert!(
-        matches!(&err, Error::TemplateCreatedVariable { template, scope, names }
+        matches!(&err, sharing::Error::TemplateCreatedVariable { template, scope, names }
         if template == "grow" && scope == "net/grow" && names == &["net/grow/w2".to_owned()])
     );
     says(
@@ -308,7 +308,7 @@ fn template_created_variable_lists_the_new_full_names() -> Result<(), Error> {
 }
 
 #[test]
-fn stale_template_says_to_make_a_new_one() -> Result<(), Error> {
+fn stale_template_says_to_make_a_new_one() -> Result<(), sharing::Error> {
     let mut store = VariableStore::new();
     let root = store.root_scope();
     let mut t = Template::new(
@@ -330,10 +330,37 @@ fn stale_template_says_to_make_a_new_one() -> Result<(), Error> {
         t.non_trainable_variables(&store).unwrap_err(),
     ] {
         assert!(
-            matches!(&err, Error::StaleTemplate { template, scope } if template == "dense" && *scope == place)
+            matches!(&err, sharing::Error::StaleTemplate { template, scope } if template == "dense" && *scope == place)
         );
         says(&err, &["`dense`", "deleted", "make a new template"]);
     }
+    Ok(())
+}
+
+#[test]
+fn tree_errors_of_sharing_calls_are_wrapped_and_keep_the_tree_message() -> Result<(), sharing::Error>
+{
+    let (mut store, root) = store_with_w()?;
+    // A tree error raised by the sharing layer itself.
+    let err = store.variable("enc//w").unwrap_err();
+    let sharing::Error::Tree(inner) = &err else {
+        panic!("not a tree error: {err:?}");
+    };
+    assert!(matches!(inner, Error::InvalidName { .. }));
+    assert_eq!(err.to_string(), inner.to_string());
+    // A tree error raised in a scope body converts with `?` and comes back
+    // unchanged.
+    let w = store.variable("enc/layer/w")?.ok_or(Error::RootScope)?;
+    let err = store
+        .variable_scope(&root, "enc", ScopeOpts::new(), |s, _| {
+            s.tree().get::<u8>(w)?;
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&err, sharing::Error::Tree(Error::TypeMismatch { name, scope, .. }) if name == "w" && scope == "enc/layer")
+    );
+    says(&err, &["`w`", "`enc/layer`", "Vec<f32>", "u8"]);
     Ok(())
 }
 

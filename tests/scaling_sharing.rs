@@ -17,7 +17,7 @@ use std::hint::black_box;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use scopetree::Error;
+use scopetree::sharing::Error;
 use scopetree::sharing::{
     Initializer, Reuse, ScopeOpts, Template, VarScope, VarSpec, VariableStore,
 };

@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
-use scopetree::Error;
+use scopetree::sharing::Error;
 use scopetree::sharing::{
     CustomGetter, GLOBAL_VARIABLES, HasShape, Initializer, LOCAL_VARIABLES, Reuse, ScopeOpts,
     Shape, TRAINABLE_VARIABLES, VarScope, VarSpec, VariableStore,
@@ -292,7 +292,7 @@ fn var_scope_get_or_create_reuse() -> R {
     for value in [42.0_f32, 13.0, 17.0] {
         store.variable_scope(&r, "bar", Reuse::AutoReuse, |s, vs| {
             let v = s.get_variable(vs, scalar("var"))?;
-            s.tree_mut().set(v, value)
+            Ok(s.tree_mut().set(v, value)?)
         })?;
         let seen = store.variable_scope(&r, "bar", Reuse::AutoReuse, |s, vs| {
             let v = s.get_variable(vs, scalar("var"))?;
@@ -1066,11 +1066,11 @@ fn names_with_slashes_resolve_component_by_component() -> R {
     assert_eq!(store.variable("enc/layer/w/kernel")?, Some(v));
     assert!(matches!(
         store.variable_scope(&r, "a//b", o(), |_, _| Ok(())),
-        Err(Error::InvalidName { .. })
+        Err(Error::Tree(scopetree::Error::InvalidName { .. }))
     ));
     assert!(matches!(
         store.get_variable(&r, scalar("")),
-        Err(Error::InvalidName { .. })
+        Err(Error::Tree(scopetree::Error::InvalidName { .. }))
     ));
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! (names are cut to 64 characters with their length, paths shortened in
 //! the middle).
 
-use scopetree::Error;
+use scopetree::sharing::Error;
 use scopetree::sharing::{
     Initializer, Reuse, ScopeOpts, Template, VarScope, VarSpec, VariableStore,
 };
@@ -137,7 +137,7 @@ fn every_case(
     let place = t
         .variable_scope()
         .map(VarScope::place)
-        .ok_or(Error::RootScope)?;
+        .ok_or(scopetree::Error::RootScope)?;
     store.delete_scope(place)?;
     let err = t.call(store, &vs, ()).unwrap_err();
     assert!(matches!(err, Error::StaleTemplate { .. }));

@@ -2,10 +2,12 @@
 //! sharing layer's behaviour on the arena underneath (deletion, stale and
 //! foreign handles).
 
-use scopetree::sharing::{Initializer, Reuse, ScopeOpts, Shape, VarScope, VarSpec, VariableStore};
+use scopetree::sharing::{
+    self, Initializer, Reuse, ScopeOpts, Shape, VarScope, VarSpec, VariableStore,
+};
 use scopetree::{Error, VarId};
 
-type R = Result<(), Error>;
+type R = Result<(), sharing::Error>;
 
 fn w(len: usize) -> VarSpec<Vec<f32>> {
     VarSpec::new("w").initializer(Initializer::from_fn(move || vec![0.5_f32; len]))
@@ -15,8 +17,8 @@ fn in_scope<T>(
     store: &mut VariableStore,
     name: &str,
     reuse: Reuse,
-    f: impl FnOnce(&mut VariableStore, &mut VarScope) -> Result<T, Error>,
-) -> Result<T, Error> {
+    f: impl FnOnce(&mut VariableStore, &mut VarScope) -> Result<T, sharing::Error>,
+) -> Result<T, sharing::Error> {
     let root = store.root_scope();
     store.variable_scope(&root, name, reuse, f)
 }
@@ -33,7 +35,7 @@ fn tch_duplicate_name_is_an_error_not_a_silent_rename() -> R {
         s.get_variable(vs, w(4))
     });
     assert!(
-        matches!(err, Err(Error::VariableExists { ref name, ref scope }) if name == "w" && scope == "linear")
+        matches!(err, Err(sharing::Error::VariableExists { ref name, ref scope }) if name == "w" && scope == "linear")
     );
     let msg = err.unwrap_err().to_string();
     assert!(
@@ -61,7 +63,7 @@ fn tch_get_or_create_with_another_shape_is_an_error() -> R {
     })
     .unwrap_err();
     match &err {
-        Error::ShapeMismatch {
+        sharing::Error::ShapeMismatch {
             name,
             scope,
             expected,
@@ -92,7 +94,7 @@ fn tch_get_or_create_with_another_type_is_an_error() -> R {
         s.get_variable(vs, VarSpec::<Vec<f64>>::new("w"))
     });
     assert!(
-        matches!(err, Err(Error::ShareTypeMismatch { expected, found, .. })
+        matches!(err, Err(sharing::Error::ShareTypeMismatch { expected, found, .. })
         if expected.contains("f64") && found.contains("f32"))
     );
     Ok(())
@@ -106,14 +108,17 @@ fn candle_missing_name_is_an_error_not_silent_zeros() -> R {
         s.get_variable(vs, VarSpec::<Vec<f32>>::new("weight").shape([4]))
     });
     assert!(
-        matches!(err, Err(Error::VariableMissing { ref name, ref scope }) if name == "weight" && scope == "encoder")
+        matches!(err, Err(sharing::Error::VariableMissing { ref name, ref scope }) if name == "weight" && scope == "encoder")
     );
     assert_eq!(store.tree().var_count(), 0);
     // Creating without saying how: an error too, never a default of zeros.
     let err = in_scope(&mut store, "encoder", Reuse::AutoReuse, |s, vs| {
         s.get_variable(vs, VarSpec::<Vec<f32>>::new("weight").shape([4]))
     });
-    assert!(matches!(err, Err(Error::InitializerRequired { .. })));
+    assert!(matches!(
+        err,
+        Err(sharing::Error::InitializerRequired { .. })
+    ));
     assert_eq!(store.tree().var_count(), 0);
     Ok(())
 }
@@ -123,7 +128,7 @@ fn initializer_whose_value_does_not_fit_the_shape_is_an_error() -> R {
     let mut store = VariableStore::new();
     let root = store.root_scope();
     let err = store.get_variable(&root, w(3).shape([4])).unwrap_err();
-    assert!(matches!(err, Error::InitShapeMismatch { .. }));
+    assert!(matches!(err, sharing::Error::InitShapeMismatch { .. }));
     assert_eq!(store.tree().var_count(), 0);
     Ok(())
 }
@@ -159,19 +164,19 @@ fn dropping_a_named_scope_drops_its_variables() -> R {
     // The captured scope is stale everywhere it is used.
     assert!(matches!(
         store.get_variable(&tower, w(2)),
-        Err(Error::StaleScope { .. })
+        Err(sharing::Error::Tree(Error::StaleScope { .. }))
     ));
     assert!(matches!(
         store.reenter_scope(&tower, Reuse::Reuse, |_, _| Ok(())),
-        Err(Error::StaleScope { .. })
+        Err(sharing::Error::Tree(Error::StaleScope { .. }))
     ));
     assert!(matches!(
         store.variable_scope(&tower, "x", ScopeOpts::new(), |_, _| Ok(())),
-        Err(Error::StaleScope { .. })
+        Err(sharing::Error::Tree(Error::StaleScope { .. }))
     ));
     assert!(matches!(
         store.scope_collection(&tower, "variables"),
-        Err(Error::StaleScope { .. })
+        Err(sharing::Error::Tree(Error::StaleScope { .. }))
     ));
     // Entering `tower` by name again makes a new scope and a new variable.
     let v2 = in_scope(&mut store, "tower", Reuse::Inherit, |s, vs| {
@@ -197,7 +202,7 @@ fn deleting_through_the_tree_keeps_metadata_consistent() -> R {
     assert!(store.global_variables(None)?.is_empty());
     assert!(matches!(
         store.initial_shape(old),
-        Err(Error::StaleVar { .. })
+        Err(sharing::Error::Tree(Error::StaleVar { .. }))
     ));
     let new = in_scope(&mut store, "a", Reuse::Inherit, |s, vs| {
         s.get_variable(
@@ -249,11 +254,11 @@ fn scopes_of_another_store_are_foreign() -> R {
     let rb = b.root_scope();
     assert!(matches!(
         a.get_variable(&rb, w(1)),
-        Err(Error::ForeignScope { .. })
+        Err(sharing::Error::Tree(Error::ForeignScope { .. }))
     ));
     assert!(matches!(
         a.variable_scope(&rb, "x", ScopeOpts::new(), |_, _| Ok(())),
-        Err(Error::ForeignScope { .. })
+        Err(sharing::Error::Tree(Error::ForeignScope { .. }))
     ));
     assert_eq!(a.tree().scope_count(), 1);
     Ok(())
@@ -263,7 +268,10 @@ fn scopes_of_another_store_are_foreign() -> R {
 fn root_scope_cannot_be_deleted() {
     let mut store = VariableStore::new();
     let root = store.tree().root();
-    assert!(matches!(store.delete_scope(root), Err(Error::RootScope)));
+    assert!(matches!(
+        store.delete_scope(root),
+        Err(sharing::Error::Tree(Error::RootScope))
+    ));
 }
 
 #[test]
@@ -277,7 +285,7 @@ fn a_variable_made_by_the_tree_is_found_at_its_full_name() -> R {
     assert!(matches!(
         in_scope(&mut store, "enc", Reuse::Inherit, |s, vs| s
             .get_variable(vs, w(2))),
-        Err(Error::VariableExists { .. })
+        Err(sharing::Error::VariableExists { .. })
     ));
     let got = in_scope(&mut store, "enc", Reuse::Reuse, |s, vs| {
         s.get_variable(vs, w(2).shape([2]))

@@ -9,7 +9,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use scopetree::Error;
+use scopetree::sharing::Error;
 use scopetree::sharing::{Initializer, ScopeOpts, VarScope, VarSpec, VariableStore};
 
 struct Counting;

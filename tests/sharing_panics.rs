@@ -12,7 +12,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use proptest::prelude::*;
-use scopetree::Error;
+use scopetree::sharing::Error;
 use scopetree::sharing::{
     CustomGetter, Initializer, Reuse, ScopeOpts, Template, VarScope, VarSpec, VariableStore,
 };

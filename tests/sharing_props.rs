@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 use scopetree::sharing::{
-    CustomGetter, GLOBAL_VARIABLES, HasShape, Initializer, LOCAL_VARIABLES, Reuse, ScopeOpts,
+    self, CustomGetter, GLOBAL_VARIABLES, HasShape, Initializer, LOCAL_VARIABLES, Reuse, ScopeOpts,
     Shape, TRAINABLE_VARIABLES, Template, VarScope, VarSpec, VariableStore,
 };
 use scopetree::{Error, InvalidNameReason, ScopeId, VarId};
@@ -304,10 +304,12 @@ fn join(a: &str, b: &str) -> String {
     }
 }
 
-fn bad_path(name: &str) -> Option<Error> {
-    (name.is_empty() || name.split('/').any(str::is_empty)).then(|| Error::InvalidName {
-        name: name.chars().take(64).collect(),
-        reason: InvalidNameReason::Empty,
+fn bad_path(name: &str) -> Option<sharing::Error> {
+    (name.is_empty() || name.split('/').any(str::is_empty)).then(|| {
+        sharing::Error::Tree(Error::InvalidName {
+            name: name.chars().take(64).collect(),
+            reason: InvalidNameReason::Empty,
+        })
     })
 }
 
@@ -360,9 +362,9 @@ impl Model {
         place: ScopeId,
         name: &str,
         g: &GetOp,
-    ) -> Result<(String, Option<NewVar>), Error> {
+    ) -> Result<(String, Option<NewVar>), sharing::Error> {
         if !self.alive(cur) {
-            return Err(Error::StaleScope { scope: place });
+            return Err(sharing::Error::Tree(Error::StaleScope { scope: place }));
         }
         if let Some(e) = bad_path(name) {
             return Err(e);
@@ -380,20 +382,20 @@ impl Model {
         };
         let want = g.shape.dims();
         if g.init == Init::Const && want.is_some() {
-            return Err(Error::ConstantWithShape {
+            return Err(sharing::Error::ConstantWithShape {
                 name: last,
                 scope: dirs,
             });
         }
         if let Some(v) = self.vars.get(&full) {
             if reuse == Reuse::Inherit {
-                return Err(Error::VariableExists {
+                return Err(sharing::Error::VariableExists {
                     name: last,
                     scope: dirs,
                 });
             }
             if v.ty != g.ty {
-                return Err(Error::ShareTypeMismatch {
+                return Err(sharing::Error::ShareTypeMismatch {
                     name: last,
                     scope: dirs,
                     expected: ty_name(g.ty),
@@ -402,7 +404,7 @@ impl Model {
             }
             if let Some(want) = &want {
                 if !compatible(want, &v.shape()) {
-                    return Err(Error::ShapeMismatch {
+                    return Err(sharing::Error::ShapeMismatch {
                         name: last,
                         scope: dirs,
                         expected: show(want),
@@ -413,14 +415,14 @@ impl Model {
             return Ok((full, None));
         }
         if reuse == Reuse::Reuse {
-            return Err(Error::VariableMissing {
+            return Err(sharing::Error::VariableMissing {
                 name: last,
                 scope: dirs,
             });
         }
         let made_len = match g.init {
             Init::None => {
-                return Err(Error::InitializerRequired {
+                return Err(sharing::Error::InitializerRequired {
                     name: last,
                     scope: dirs,
                     value_type: ty_name(g.ty),
@@ -432,7 +434,7 @@ impl Model {
             {
                 Some(d) => d.iter().product(),
                 None => {
-                    return Err(Error::ShapeRequired {
+                    return Err(sharing::Error::ShapeRequired {
                         name: last,
                         scope: dirs,
                         shape: want
@@ -449,7 +451,7 @@ impl Model {
         };
         if let Some(want) = &want {
             if !compatible(want, &made) {
-                return Err(Error::InitShapeMismatch {
+                return Err(sharing::Error::InitShapeMismatch {
                     name: last,
                     scope: dirs,
                     expected: show(want),
@@ -497,7 +499,7 @@ impl Model {
         out.into_iter().map(|(_, n, v)| (n, v)).collect()
     }
 
-    fn collection(&self, key: &str, prefix: &str) -> Result<Vec<(String, VarId)>, Error> {
+    fn collection(&self, key: &str, prefix: &str) -> Result<Vec<(String, VarId)>, sharing::Error> {
         if prefix.is_empty() {
             return Ok(self.members(key, None));
         }
@@ -511,7 +513,8 @@ impl Model {
     }
 }
 
-type TplFn = Box<dyn FnMut(&mut VariableStore, &mut VarScope, ()) -> Result<VarId, Error> + Send>;
+type TplFn =
+    Box<dyn FnMut(&mut VariableStore, &mut VarScope, ()) -> Result<VarId, sharing::Error> + Send>;
 
 struct MTemplate {
     captured: Option<MScope>,
@@ -572,7 +575,7 @@ fn finish<T: HasShape + Send + Sync + 'static>(
     name: &str,
     g: &GetOp,
     init: Option<Initializer<T>>,
-) -> Result<VarId, Error> {
+) -> Result<VarId, sharing::Error> {
     let mut spec = VarSpec::new(name).reuse(g.reuse);
     if let Some(d) = g.shape.dims() {
         spec = spec.shape(Shape::from_dims(d));
@@ -598,7 +601,7 @@ fn real_get(
     vs: &VarScope,
     name: &str,
     g: &GetOp,
-) -> Result<VarId, Error> {
+) -> Result<VarId, sharing::Error> {
     let len = g.len;
     match g.ty {
         Ty::F32 => {
@@ -627,8 +630,8 @@ fn real_get(
 /// Compares a real result with the model's, recording a created variable.
 fn settle(
     m: &mut Model,
-    real: Result<VarId, Error>,
-    want: Result<(String, Option<NewVar>), Error>,
+    real: Result<VarId, sharing::Error>,
+    want: Result<(String, Option<NewVar>), sharing::Error>,
 ) -> Result<(), TestCaseError> {
     match (real, want) {
         (Ok(v), Ok((full, new))) => {
@@ -714,11 +717,17 @@ fn check(store: &VariableStore, ctx: &Ctx) -> Result<(), TestCaseError> {
         );
     }
     for &d in &m.dead_vars {
-        prop_assert_eq!(store.full_name(d), Err(Error::StaleVar { var: d }));
-        prop_assert_eq!(store.is_trainable(d), Err(Error::StaleVar { var: d }));
+        prop_assert_eq!(
+            store.full_name(d),
+            Err(sharing::Error::Tree(Error::StaleVar { var: d }))
+        );
+        prop_assert_eq!(
+            store.is_trainable(d),
+            Err(sharing::Error::Tree(Error::StaleVar { var: d }))
+        );
         prop_assert_eq!(
             store.initial_shape(d).err(),
-            Some(Error::StaleVar { var: d })
+            Some(sharing::Error::Tree(Error::StaleVar { var: d }))
         );
         prop_assert_eq!(tree.get::<u8>(d).err(), Some(Error::StaleVar { var: d }));
         prop_assert!(!tree.contains_var(d));
@@ -731,7 +740,7 @@ fn check(store: &VariableStore, ctx: &Ctx) -> Result<(), TestCaseError> {
             prop_assert!(!tree.contains_scope(vs.place()));
             prop_assert_eq!(
                 store.scope_collection(vs, GLOBAL_VARIABLES).err(),
-                Some(stale.clone())
+                Some(sharing::Error::Tree(stale.clone()))
             );
             prop_assert_eq!(tree.path(vs.place()).err(), Some(stale));
         }
@@ -763,7 +772,9 @@ fn run(
             } => {
                 let name = SCOPE_NAMES[*name];
                 let want = if !ctx.m.alive(cur) {
-                    Err(Error::StaleScope { scope: vs.place() })
+                    Err(sharing::Error::Tree(Error::StaleScope {
+                        scope: vs.place(),
+                    }))
                 } else if let Some(e) = bad_path(name) {
                     Err(e)
                 } else {
@@ -819,15 +830,17 @@ fn run(
             Op::Unique { name, reuse, body } => {
                 let name = UNIQUE_NAMES[*name];
                 let want = if !ctx.m.alive(cur) {
-                    Err(Error::StaleScope { scope: vs.place() })
+                    Err(sharing::Error::Tree(Error::StaleScope {
+                        scope: vs.place(),
+                    }))
                 } else if *reuse != Reuse::Inherit {
-                    Err(Error::ReuseWithoutName {
+                    Err(sharing::Error::ReuseWithoutName {
                         default_name: name.to_owned(),
                         scope: cur.name.clone(),
                         reuse: *reuse,
                     })
                 } else {
-                    scopetree::validate_name(name)
+                    scopetree::validate_name(name).map_err(sharing::Error::from)
                 };
                 let mut inner = Ok(());
                 let mut entered = false;
@@ -865,9 +878,9 @@ fn run(
                 let want = if ctx.m.alive(&tm) {
                     Ok(())
                 } else {
-                    Err(Error::StaleScope {
+                    Err(sharing::Error::Tree(Error::StaleScope {
                         scope: target.place(),
-                    })
+                    }))
                 };
                 let mut inner = Ok(());
                 let mut entered = false;
@@ -915,19 +928,22 @@ fn run(
             Op::Delete { k, tree } => {
                 let (target, tm) = ctx.captured[k % ctx.captured.len()].clone();
                 let r = if *tree {
-                    store.tree_mut().delete_scope(target.place())
+                    store
+                        .tree_mut()
+                        .delete_scope(target.place())
+                        .map_err(sharing::Error::from)
                 } else {
                     store.delete_scope(target.place())
                 };
                 if !ctx.m.alive(&tm) {
                     prop_assert_eq!(
                         r,
-                        Err(Error::StaleScope {
+                        Err(sharing::Error::Tree(Error::StaleScope {
                             scope: target.place()
-                        })
+                        }))
                     );
                 } else if tm.name.is_empty() {
-                    prop_assert_eq!(r, Err(Error::RootScope));
+                    prop_assert_eq!(r, Err(sharing::Error::Tree(Error::RootScope)));
                 } else {
                     prop_assert_eq!(r, Ok(()));
                     ctx.m.delete(&tm.name);
@@ -947,7 +963,7 @@ fn run(
                             .variable_scope()
                             .map(VarScope::place)
                             .ok_or_else(|| TestCaseError::fail("captured scope lost"))?;
-                        Err(Error::StaleTemplate {
+                        Err(sharing::Error::StaleTemplate {
                             template: TEMPLATES[t].to_owned(),
                             scope: place,
                         })
@@ -964,7 +980,9 @@ fn run(
                         };
                         Ok(ms)
                     }
-                    None if !ctx.m.alive(cur) => Err(Error::StaleScope { scope: vs.place() }),
+                    None if !ctx.m.alive(cur) => Err(sharing::Error::Tree(Error::StaleScope {
+                        scope: vs.place(),
+                    })),
                     None => {
                         let cvs = ctx.templates[t]
                             .variable_scope()
@@ -1008,7 +1026,7 @@ fn run(
                                     TestCaseError::fail(format!("{full} missing"))
                                 })?;
                                 settle(&mut ctx.m, Ok(handle), Ok((full.clone(), Some(new))))?;
-                                Err(Error::TemplateCreatedVariable {
+                                Err(sharing::Error::TemplateCreatedVariable {
                                     template: TEMPLATES[t].to_owned(),
                                     scope: ms.name.clone(),
                                     names: vec![full],
@@ -1033,7 +1051,7 @@ fn run(
                 let tpl = &ctx.templates[t];
                 let mt = &ctx.mt[t];
                 let want = match &mt.captured {
-                    Some(c) if !ctx.m.alive(c) => Err(Error::StaleTemplate {
+                    Some(c) if !ctx.m.alive(c) => Err(sharing::Error::StaleTemplate {
                         template: TEMPLATES[t].to_owned(),
                         scope: tpl
                             .variable_scope()
@@ -1064,7 +1082,9 @@ fn run(
             Op::ScopeCollect { key } => {
                 let key = COLLECTIONS[*key];
                 let want = if !ctx.m.alive(cur) {
-                    Err(Error::StaleScope { scope: vs.place() })
+                    Err(sharing::Error::Tree(Error::StaleScope {
+                        scope: vs.place(),
+                    }))
                 } else if cur.name.is_empty() {
                     Ok(ctx.m.members(key, None))
                 } else {

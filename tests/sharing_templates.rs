@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use scopetree::sharing::{
-    CustomGetter, Initializer, Reuse, ScopeOpts, Template, VarScope, VarSpec, VariableStore,
+    self, CustomGetter, Initializer, Reuse, ScopeOpts, Template, VarScope, VarSpec, VariableStore,
 };
 use scopetree::{Error, VarId};
 
-type R = Result<(), Error>;
+type R = Result<(), sharing::Error>;
 
 fn zeros() -> Initializer<Vec<f32>> {
     Initializer::with_shape(|s: &[usize]| vec![0.0_f32; s.iter().product()])
@@ -27,7 +27,7 @@ fn dummy_spec(trainable: bool) -> VarSpec<Vec<f32>> {
 /// TensorFlow's `variable_scoped_function`.
 fn variable_scoped_function(
     trainable: bool,
-) -> impl FnMut(&mut VariableStore, &mut VarScope, ()) -> Result<VarId, Error> {
+) -> impl FnMut(&mut VariableStore, &mut VarScope, ()) -> Result<VarId, sharing::Error> {
     move |s, vs, ()| s.get_variable(vs, dummy_spec(trainable))
 }
 
@@ -36,7 +36,7 @@ fn internally_variable_scoped_function(
     s: &mut VariableStore,
     vs: &mut VarScope,
     scope_name: &str,
-) -> Result<VarId, Error> {
+) -> Result<VarId, sharing::Error> {
     s.variable_scope(vs, scope_name, ScopeOpts::new(), |s, inner| {
         s.get_variable(inner, dummy_spec(true))
     })
@@ -47,7 +47,7 @@ fn internally_variable_scoped_function(
 /// `get_variable`, which creates under a reusing scope all the same).
 fn function_with_create(
     trainable: bool,
-) -> impl FnMut(&mut VariableStore, &mut VarScope, ()) -> Result<VarId, Error> {
+) -> impl FnMut(&mut VariableStore, &mut VarScope, ()) -> Result<VarId, sharing::Error> {
     let mut n = 0;
     move |s, vs, ()| {
         let name = format!("Variable_{n}");
@@ -77,9 +77,15 @@ fn template_with_empty_name() {
     // `make_template(None)` fails); a `&str` cannot be `None`, and the empty
     // name is rejected like any empty name in this crate.
     let t = Template::new("", variable_scoped_function(true));
-    assert!(matches!(t, Err(Error::InvalidName { .. })));
+    assert!(matches!(
+        t,
+        Err(sharing::Error::Tree(Error::InvalidName { .. }))
+    ));
     let t = Template::new("a/b", variable_scoped_function(true));
-    assert!(matches!(t, Err(Error::InvalidName { .. })));
+    assert!(matches!(
+        t,
+        Err(sharing::Error::Tree(Error::InvalidName { .. }))
+    ));
 }
 
 #[test]
@@ -107,7 +113,7 @@ fn same_unique_name_raise_error() -> R {
     let mut tmpl2 = Template::new("_", variable_scoped_function(true))?.with_unique_name("s1")?;
     let err = tmpl2.call(&mut store, &root, ()).unwrap_err();
     assert!(
-        matches!(err, Error::VariableExists { ref name, ref scope } if name == "dummy" && scope == "s1")
+        matches!(err, sharing::Error::VariableExists { ref name, ref scope } if name == "dummy" && scope == "s1")
     );
     assert!(err.to_string().contains("already exists"));
     assert!(!tmpl2.variables_created());
@@ -162,7 +168,7 @@ fn template_with_internal_reuse() -> R {
     assert_eq!(name_of(&store, v3), "s1_1/test/dummy");
     assert!(matches!(
         tmpl1.call(&mut store, &root, "not_test"),
-        Err(Error::VariableMissing { .. })
+        Err(sharing::Error::VariableMissing { .. })
     ));
     Ok(())
 }
@@ -196,7 +202,7 @@ fn enforces_no_extra_trainable_variables() -> R {
     tmpl.call(&mut store, &root, ())?;
     let err = tmpl.call(&mut store, &root, ()).unwrap_err();
     match err {
-        Error::TemplateCreatedVariable {
+        sharing::Error::TemplateCreatedVariable {
             template,
             scope,
             names,
@@ -224,7 +230,7 @@ fn enforces_no_extra_trainable_variables_eager() -> R {
     tmpl.call(&mut store, &root, "1")?;
     assert!(matches!(
         tmpl.call(&mut store, &root, "2"),
-        Err(Error::VariableMissing { .. })
+        Err(sharing::Error::VariableMissing { .. })
     ));
     Ok(())
 }
@@ -399,7 +405,8 @@ fn fails_gracefully() -> R {
                 return Err(Error::InvalidName {
                     name: "is_training".into(),
                     reason: scopetree::InvalidNameReason::Empty,
-                });
+                }
+                .into());
             }
             s.get_variable(vs, VarSpec::new("w").shape([1]).initializer(zeros()))
         };
@@ -532,11 +539,11 @@ fn template_whose_scope_was_deleted_reports_stale() -> R {
     store.delete_scope(place)?;
     let err = t.call(&mut store, &root, ()).unwrap_err();
     assert!(
-        matches!(err, Error::StaleTemplate { ref template, scope } if template == "t" && scope == place)
+        matches!(err, sharing::Error::StaleTemplate { ref template, scope } if template == "t" && scope == place)
     );
     assert!(matches!(
         t.variables(&store),
-        Err(Error::StaleTemplate { .. })
+        Err(sharing::Error::StaleTemplate { .. })
     ));
     // Nothing was silently recreated.
     assert!(store.global_variables(None)?.is_empty());
@@ -553,7 +560,7 @@ fn template_called_with_another_store_is_foreign() -> R {
     t.call(&mut a, &ra, ())?;
     assert!(matches!(
         t.call(&mut b, &rb, ()),
-        Err(Error::ForeignScope { .. })
+        Err(sharing::Error::Tree(Error::ForeignScope { .. }))
     ));
     assert_eq!(b.tree().var_count(), 0);
     Ok(())

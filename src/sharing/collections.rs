@@ -140,7 +140,7 @@ mod tests {
     /// Deleted trainable variables leave two dead entries each; compaction
     /// must keep the lists bounded while one variable stays alive.
     #[test]
-    fn collection_lists_stay_bounded_under_churn() -> crate::Result<()> {
+    fn collection_lists_stay_bounded_under_churn() -> Result<(), crate::sharing::Error> {
         let mut store = VariableStore::new();
         let root = store.root_scope();
         let spec = |n: &str| VarSpec::new(n).initializer(Initializer::constant(0_u8));

@@ -68,7 +68,7 @@ impl<T: Send + Sync + 'static> Initializer<T> {
     /// A constant: every variable it creates starts as a clone of `value`,
     /// and takes `value`'s shape (TensorFlow's "initializer is a tensor").
     /// A spec that gives a shape as well is rejected with
-    /// [`Error::ConstantWithShape`](crate::Error::ConstantWithShape).
+    /// [`Error::ConstantWithShape`](crate::sharing::Error::ConstantWithShape).
     /// O(1); each use clones the value.
     ///
     /// ```
@@ -77,7 +77,7 @@ impl<T: Send + Sync + 'static> Initializer<T> {
     /// let root = store.root_scope();
     /// let v = store.get_variable(&root, VarSpec::new("v").initializer(Initializer::constant(4_i32)))?;
     /// assert_eq!(*store.tree().get::<i32>(v)?, 4);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn constant(value: T) -> Self
     where
@@ -99,7 +99,7 @@ impl<T: Send + Sync + 'static> Initializer<T> {
     /// let root = store.root_scope();
     /// let v = store.get_variable(&root, VarSpec::new("v").initializer(Initializer::from_fn(|| vec![1.0_f32; 3])))?;
     /// assert_eq!(store.tree().get::<Vec<f32>>(v)?.len(), 3);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn from_fn(f: impl Fn() -> T + Send + Sync + 'static) -> Self {
         Initializer {
@@ -110,7 +110,7 @@ impl<T: Send + Sync + 'static> Initializer<T> {
 
     /// A closure given the spec's shape (TensorFlow's initializers that take
     /// `shape`): the spec must give a fully defined shape, or the call fails
-    /// with [`Error::ShapeRequired`](crate::Error::ShapeRequired). O(1).
+    /// with [`Error::ShapeRequired`](crate::sharing::Error::ShapeRequired). O(1).
     ///
     /// ```
     /// use scopetree::sharing::{Initializer, VariableStore, VarSpec};
@@ -119,7 +119,7 @@ impl<T: Send + Sync + 'static> Initializer<T> {
     /// let zeros = Initializer::with_shape(|s: &[usize]| vec![0.0_f32; s[0]]);
     /// let v = store.get_variable(&root, VarSpec::new("v").shape([3]).initializer(zeros))?;
     /// assert_eq!(store.tree().get::<Vec<f32>>(v)?, &[0.0; 3]);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn with_shape(f: impl Fn(&[usize]) -> T + Send + Sync + 'static) -> Self {
         Initializer {

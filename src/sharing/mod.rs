@@ -4,9 +4,12 @@
 //!
 //! | file | holds |
 //! |---|---|
+//! | `error` | [`Error`]: the sharing errors, and the tree's wrapped in [`Error::Tree`] |
 //! | `store` | [`VariableStore`]: entering scopes, `get_variable`, full-name lookups, collections listings, deletion, the journal frames that undo a panicking call |
-//! | `getter` | the true getter (locate, check the share, create), [`VarSpec`], [`CustomGetter`], [`GetterArgs`], [`NextGetter`] |
-//! | `scope` | [`VarScope`], [`Reuse`], [`ScopeOpts`] |
+//! | `getter` | the true getter (locate, check the share, create), [`VarSpec`] |
+//! | `chain` | the custom-getter chain: [`CustomGetter`], [`GetterArgs`], [`NextGetter`]; ends in a function the caller gives, so it knows neither the true getter nor scopes |
+//! | `scope` | [`VarScope`], [`ScopeOpts`] |
+//! | `reuse` | [`Reuse`] (a leaf) |
 //! | `counts` | `NameCounts`: TensorFlow's default-name counting, with the scan hints that make a default name O(1) amortised |
 //! | `journal` | the undo journal (counter changes, created scopes and variables) |
 //! | `index` | `FullNames`: full name → variable, checked against the tree on every hit |
@@ -31,25 +34,31 @@
 //! let b = store.variable_scope(&root, "tower", Reuse::Reuse, |s, vs| s.get_variable(vs, spec()))?;
 //! assert_eq!(a, b);
 //! assert_eq!(store.full_name(a)?, "tower/w");
-//! # Ok::<(), scopetree::Error>(())
+//! # Ok::<(), scopetree::sharing::Error>(())
 //! ```
 
+mod chain;
 mod collections;
 mod counts;
+mod error;
 mod getter;
 mod index;
 mod init;
 mod journal;
 mod path;
+mod reuse;
 mod scope;
 mod shape;
 mod store;
 mod template;
 
+pub use chain::{CustomGetter, GetterArgs, NextGetter};
 pub use collections::{GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES};
-pub use getter::{CustomGetter, GetterArgs, NextGetter, VarSpec};
+pub use error::Error;
+pub use getter::VarSpec;
 pub use init::Initializer;
-pub use scope::{Reuse, ScopeOpts, VarScope};
+pub use reuse::Reuse;
+pub use scope::{ScopeOpts, VarScope};
 pub use shape::{HasShape, Shape};
 pub use store::VariableStore;
 pub use template::Template;

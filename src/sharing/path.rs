@@ -1,7 +1,8 @@
 //! [`Path`]: a full or relative name of the sharing layer (`encoder/layer_1/w`),
 //! checked once, and the one place that knows the `/` separator.
 
-use crate::error::{Error, InvalidNameReason};
+use crate::error::InvalidNameReason;
+use crate::sharing::error::Error;
 
 /// The separator between the components of a full name.
 const SEP: char = '/';
@@ -20,7 +21,8 @@ impl<'a> Path<'a> {
     /// Checks `text`: not empty, no empty component. One pass, O(len).
     ///
     /// # Errors
-    /// [`Error::InvalidName`] with reason `Empty`.
+    /// [`Error::Tree`] with [`InvalidName`](crate::Error::InvalidName) and
+    /// reason `Empty`.
     pub(crate) fn parse(text: &'a str) -> Result<Self, Error> {
         let bytes = text.as_bytes();
         // `leaf_at` is where the current component starts; a separator must
@@ -35,10 +37,10 @@ impl<'a> Path<'a> {
         }
         ok &= leaf_at < bytes.len();
         if !ok {
-            return Err(Error::InvalidName {
+            return Err(Error::Tree(crate::Error::InvalidName {
                 name: crate::short::name(text),
                 reason: InvalidNameReason::Empty,
-            });
+            }));
         }
         Ok(Path { text, leaf_at })
     }

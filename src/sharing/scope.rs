@@ -1,68 +1,14 @@
 //! Variable scopes as values: [`VarScope`] (TensorFlow's `VariableScope`
-//! object), its [`Reuse`] mode and the [`ScopeOpts`] a scope is entered with.
+//! object) and the [`ScopeOpts`] a scope is entered with.
 
 use std::any::TypeId;
 use std::fmt;
 use std::sync::Arc;
 
 use crate::arena::ScopeId;
-use crate::sharing::getter::CustomGetter;
+use crate::sharing::chain::CustomGetter;
 use crate::sharing::init::{AnyInit, Initializer};
-
-/// The reuse mode of a scope, or asked for when entering one.
-///
-/// | TensorFlow 1 | here |
-/// |---|---|
-/// | `reuse=None` / `reuse=False` | `Reuse::Inherit` |
-/// | `reuse=True` | `Reuse::Reuse` |
-/// | `reuse=tf.AUTO_REUSE` | `Reuse::AutoReuse` |
-///
-/// When entering a scope, `Inherit` takes the parent's mode, so `Reuse` is
-/// sticky: a sub-scope cannot turn it off. `AutoReuse` asked for explicitly
-/// wins over an inherited `Reuse` (as in TensorFlow). As a scope's resolved
-/// mode, `Inherit` means nothing above set a mode: `get_variable` creates and
-/// refuses to share (TensorFlow's `reuse=False` of the root scope).
-///
-/// ```
-/// use scopetree::sharing::{Reuse, VariableStore, ScopeOpts};
-/// let mut store = VariableStore::new();
-/// let root = store.root_scope();
-/// assert_eq!(root.reuse(), Reuse::Inherit);
-/// store.variable_scope(&root, "a", Reuse::Reuse, |store, a| {
-///     store.variable_scope(a, "b", ScopeOpts::new(), |_, b| {
-///         assert_eq!(b.reuse(), Reuse::Reuse); // sticky
-///         Ok(())
-///     })
-/// })?;
-/// # Ok::<(), scopetree::Error>(())
-/// ```
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Default)]
-pub enum Reuse {
-    /// Take the parent's mode (TF `None`/`False`); as a resolved mode: create
-    /// only, never share.
-    #[default]
-    Inherit,
-    /// Share only: `get_variable` returns existing variables and fails on a
-    /// missing one (TF `True`).
-    Reuse,
-    /// Get or create: share an existing variable, create a missing one
-    /// (TF `AUTO_REUSE`).
-    AutoReuse,
-}
-
-impl Reuse {
-    /// `self` unless it is `Inherit`, then `parent` (Python's `reuse or
-    /// parent.reuse`). O(1).
-    ///
-    /// ```
-    /// use scopetree::sharing::Reuse;
-    /// assert_eq!(Reuse::Inherit.or(Reuse::Reuse), Reuse::Reuse);
-    /// assert_eq!(Reuse::AutoReuse.or(Reuse::Reuse), Reuse::AutoReuse);
-    /// ```
-    pub fn or(self, parent: Reuse) -> Reuse {
-        if self == Reuse::Inherit { parent } else { self }
-    }
-}
+use crate::sharing::reuse::Reuse;
 
 /// The options a scope is entered with; every field is optional and unset
 /// fields are inherited (from the parent scope, or from the captured scope
@@ -202,7 +148,7 @@ pub(crate) fn set_init<T: Send + Sync + 'static>(
 /// [`reenter_scope`](crate::sharing::VariableStore::reenter_scope) from
 /// anywhere and it keeps its own full name and settings. It holds a
 /// [`ScopeId`]: once that scope is deleted, every call given this `VarScope`
-/// returns [`Error::StaleScope`](crate::Error::StaleScope).
+/// returns [`Tree`](crate::sharing::Error::Tree)([`StaleScope`](crate::Error::StaleScope)).
 ///
 /// ```
 /// use scopetree::sharing::{VariableStore, ScopeOpts};
@@ -211,7 +157,7 @@ pub(crate) fn set_init<T: Send + Sync + 'static>(
 /// let tower = store.variable_scope(&root, "tower", ScopeOpts::new(), |_, vs| Ok(vs.clone()))?;
 /// assert_eq!(tower.name(), "tower");
 /// assert_eq!(store.tree().path(tower.place())?, "tower");
-/// # Ok::<(), scopetree::Error>(())
+/// # Ok::<(), scopetree::sharing::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct VarScope {

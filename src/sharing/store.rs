@@ -16,17 +16,18 @@ use slotmap::SecondaryMap;
 
 use crate::arena::Payload;
 use crate::arena::{ScopeId, ScopeKey, VarId, VarKey};
-use crate::error::Error;
 use crate::names::validate_name;
 use crate::sharing::collections::{
     Collections, GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES,
 };
 use crate::sharing::counts::NameCounts;
+use crate::sharing::error::Error;
 use crate::sharing::getter::{self, VarSpec};
 use crate::sharing::index::FullNames;
 use crate::sharing::journal::{Journal, Saved, Undo};
 use crate::sharing::path::Path;
-use crate::sharing::scope::{Reuse, ScopeOpts, VarScope};
+use crate::sharing::reuse::Reuse;
+use crate::sharing::scope::{ScopeOpts, VarScope};
 use crate::sharing::shape::{HasShape, Shape};
 use crate::tree::ScopeTree;
 
@@ -69,7 +70,7 @@ pub(crate) struct VarMeta {
 /// let w2 = store.variable_scope(&root, "enc", Reuse::Reuse, |s, vs| s.get_variable(vs, spec()))?;
 /// assert_eq!(w, w2);
 /// assert_eq!(store.full_name(w)?, "enc/w");
-/// # Ok::<(), scopetree::Error>(())
+/// # Ok::<(), scopetree::sharing::Error>(())
 /// ```
 pub struct VariableStore {
     tree: ScopeTree,
@@ -125,7 +126,7 @@ impl VariableStore {
     /// tree.var(tree.root(), "w")?;
     /// let store = VariableStore::from_tree(tree);
     /// assert_eq!(store.variable("w")?.is_some(), true);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn from_tree(tree: ScopeTree) -> Self {
         VariableStore {
@@ -164,7 +165,7 @@ impl VariableStore {
     /// let w = store.get_variable(&root, VarSpec::new("w").initializer(Initializer::constant(1.0_f32)))?;
     /// *store.tree_mut().get_mut::<f32>(w)? += 1.0;
     /// assert_eq!(*store.tree().get::<f32>(w)?, 2.0);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn tree_mut(&mut self) -> &mut ScopeTree {
         &mut self.tree
@@ -282,8 +283,8 @@ impl VariableStore {
     /// (deletions made inside cannot be undone and stay).
     ///
     /// # Errors
-    /// [`Error::InvalidName`] for an empty name or component;
-    /// [`Error::StaleScope`] or [`Error::ForeignScope`] for `current`; and
+    /// [`Tree`](Error::Tree)([`InvalidName`](crate::Error::InvalidName)) for an empty name or component;
+    /// [`Tree`](Error::Tree)([`StaleScope`](crate::Error::StaleScope)) or [`Tree`](Error::Tree)([`ForeignScope`](crate::Error::ForeignScope)) for `current`; and
     /// whatever `f` returns.
     ///
     /// ```
@@ -294,7 +295,7 @@ impl VariableStore {
     ///     store.variable_scope(foo, "bar", ScopeOpts::new(), |_, bar| Ok(bar.name().to_owned()))
     /// })?;
     /// assert_eq!(name, "foo/bar");
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn variable_scope<R>(
         &mut self,
@@ -337,8 +338,8 @@ impl VariableStore {
     ///
     /// # Errors
     /// [`Error::ReuseWithoutName`] if `opts` asks for `Reuse` or `AutoReuse`;
-    /// [`Error::InvalidName`] if `default_name` is empty or contains `/`;
-    /// [`Error::StaleScope`] or [`Error::ForeignScope`] for `current`; and
+    /// [`Tree`](Error::Tree)([`InvalidName`](crate::Error::InvalidName)) if `default_name` is empty or contains `/`;
+    /// [`Tree`](Error::Tree)([`StaleScope`](crate::Error::StaleScope)) or [`Tree`](Error::Tree)([`ForeignScope`](crate::Error::ForeignScope)) for `current`; and
     /// whatever `f` returns.
     ///
     /// ```
@@ -350,7 +351,7 @@ impl VariableStore {
     ///     names.push(store.variable_scope_unique(&root, "layer", ScopeOpts::new(), |_, vs| Ok(vs.name().to_owned()))?);
     /// }
     /// assert_eq!(names, ["layer", "layer_1", "layer_2"]);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn variable_scope_unique<R>(
         &mut self,
@@ -407,8 +408,8 @@ impl VariableStore {
     /// As [`variable_scope`](Self::variable_scope).
     ///
     /// # Errors
-    /// [`Error::StaleScope`] if the captured scope was deleted;
-    /// [`Error::ForeignScope`] if it belongs to another store; and whatever
+    /// [`Tree`](Error::Tree)([`StaleScope`](crate::Error::StaleScope)) if the captured scope was deleted;
+    /// [`Tree`](Error::Tree)([`ForeignScope`](crate::Error::ForeignScope)) if it belongs to another store; and whatever
     /// `f` returns.
     ///
     /// ```
@@ -423,7 +424,7 @@ impl VariableStore {
     ///     s.reenter_scope(&tower, Reuse::Reuse, |s, vs| s.get_variable(vs, spec()))
     /// })?;
     /// assert_eq!(again, v);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn reenter_scope<R>(
         &mut self,
@@ -503,7 +504,7 @@ impl VariableStore {
     /// probe per component.
     ///
     /// # Errors
-    /// [`Error::InvalidName`] for an empty name or component.
+    /// [`Tree`](Error::Tree)([`InvalidName`](crate::Error::InvalidName)) for an empty name or component.
     ///
     /// ```
     /// use scopetree::sharing::{Initializer, ScopeOpts, VariableStore, VarSpec};
@@ -514,7 +515,7 @@ impl VariableStore {
     /// })?;
     /// assert_eq!(store.variable("enc/w")?, Some(w));
     /// assert_eq!(store.variable("w")?, None);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn variable(&self, full_name: &str) -> Result<Option<VarId>, Error> {
         if let Some(v) = self.names.get(&self.tree, full_name) {
@@ -529,7 +530,7 @@ impl VariableStore {
     /// The full name of a variable (its tree path, `encoder/w`). O(depth).
     ///
     /// # Errors
-    /// [`Error::StaleVar`] or [`Error::ForeignVar`].
+    /// [`Tree`](Error::Tree)([`StaleVar`](crate::Error::StaleVar)) or [`Tree`](Error::Tree)([`ForeignVar`](crate::Error::ForeignVar)).
     ///
     /// ```
     /// use scopetree::sharing::{Initializer, VariableStore, VarSpec};
@@ -537,10 +538,10 @@ impl VariableStore {
     /// let root = store.root_scope();
     /// let v = store.get_variable(&root, VarSpec::new("a/b").initializer(Initializer::constant(0_u8)))?;
     /// assert_eq!(store.full_name(v)?, "a/b");
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn full_name(&self, var: VarId) -> Result<String, Error> {
-        self.tree.var_path(var)
+        Ok(self.tree.var_path(var)?)
     }
 
     fn meta(&self, var: VarId) -> Result<Option<&VarMeta>, Error> {
@@ -552,7 +553,7 @@ impl VariableStore {
     /// variable the sharing layer did not create. O(1).
     ///
     /// # Errors
-    /// [`Error::StaleVar`] or [`Error::ForeignVar`].
+    /// [`Tree`](Error::Tree)([`StaleVar`](crate::Error::StaleVar)) or [`Tree`](Error::Tree)([`ForeignVar`](crate::Error::ForeignVar)).
     ///
     /// ```
     /// use scopetree::sharing::{Initializer, Shape, VariableStore, VarSpec};
@@ -560,7 +561,7 @@ impl VariableStore {
     /// let root = store.root_scope();
     /// let v = store.get_variable(&root, VarSpec::new("v").initializer(Initializer::constant(vec![0_u8; 3])))?;
     /// assert_eq!(store.initial_shape(v)?, Some(&Shape::new([3])));
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn initial_shape(&self, var: VarId) -> Result<Option<&Shape>, Error> {
         Ok(self.meta(var)?.map(|m| &m.shape))
@@ -570,7 +571,7 @@ impl VariableStore {
     /// layer did not create. O(1).
     ///
     /// # Errors
-    /// [`Error::StaleVar`] or [`Error::ForeignVar`].
+    /// [`Tree`](Error::Tree)([`StaleVar`](crate::Error::StaleVar)) or [`Tree`](Error::Tree)([`ForeignVar`](crate::Error::ForeignVar)).
     ///
     /// ```
     /// use scopetree::sharing::{Initializer, VariableStore, VarSpec};
@@ -578,7 +579,7 @@ impl VariableStore {
     /// let root = store.root_scope();
     /// let v = store.get_variable(&root, VarSpec::new("v").initializer(Initializer::constant(0_u8)))?;
     /// assert_eq!(store.is_trainable(v)?, Some(true));
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn is_trainable(&self, var: VarId) -> Result<Option<bool>, Error> {
         Ok(self.meta(var)?.map(|m| m.trainable))
@@ -617,13 +618,13 @@ impl VariableStore {
     /// The four cases above; [`Error::InitializerRequired`] when creating with
     /// no initializer; [`Error::ConstantWithShape`], [`Error::ShapeRequired`]
     /// and [`Error::InitShapeMismatch`] for an initializer that does not fit
-    /// the spec; [`Error::InvalidName`] for an empty name or empty path
-    /// component; [`Error::StaleScope`] or [`Error::ForeignScope`] if
+    /// the spec; [`Tree`](Error::Tree)([`InvalidName`](crate::Error::InvalidName)) for an empty name or empty path
+    /// component; [`Tree`](Error::Tree)([`StaleScope`](crate::Error::StaleScope)) or [`Tree`](Error::Tree)([`ForeignScope`](crate::Error::ForeignScope)) if
     /// `scope`'s place was deleted or belongs to another store; and whatever a
     /// custom getter returns.
     ///
     /// ```
-    /// use scopetree::{Error, sharing::{Initializer, Reuse, ScopeOpts, VariableStore, VarSpec}};
+    /// use scopetree::sharing::{Error, Initializer, Reuse, ScopeOpts, VariableStore, VarSpec};
     /// let mut store = VariableStore::new();
     /// let root = store.root_scope();
     /// let spec = || VarSpec::new("w").initializer(Initializer::constant(vec![0.0_f32; 2]));
@@ -637,7 +638,7 @@ impl VariableStore {
     /// assert_eq!(again, w);
     /// let err = store.variable_scope(&root, "layer", ScopeOpts::new(), |s, vs| s.get_variable(vs, spec()));
     /// assert!(matches!(err, Err(Error::VariableExists { .. })));
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn get_variable<T>(&mut self, scope: &VarScope, spec: VarSpec<T>) -> Result<VarId, Error>
     where
@@ -663,7 +664,7 @@ impl VariableStore {
     /// let step = store.get_local_variable(&root, VarSpec::new("step").initializer(Initializer::constant(0_u64)))?;
     /// assert_eq!(store.local_variables(None)?, [("step".to_string(), step)]);
     /// assert!(store.trainable_variables(None)?.is_empty());
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn get_local_variable<T>(
         &mut self,
@@ -788,7 +789,7 @@ impl VariableStore {
     /// O(members × depth).
     ///
     /// # Errors
-    /// [`Error::InvalidName`] for an empty path component.
+    /// [`Tree`](Error::Tree)([`InvalidName`](crate::Error::InvalidName)) for an empty path component.
     ///
     /// ```
     /// use scopetree::sharing::{Initializer, ScopeOpts, VariableStore, VarSpec, GLOBAL_VARIABLES};
@@ -801,7 +802,7 @@ impl VariableStore {
     /// }
     /// let names: Vec<_> = store.collection(GLOBAL_VARIABLES, Some("foo"))?.into_iter().map(|(n, _)| n).collect();
     /// assert_eq!(names, ["foo/w"]);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn collection(
         &self,
@@ -823,7 +824,7 @@ impl VariableStore {
     /// depth).
     ///
     /// # Errors
-    /// [`Error::StaleScope`] or [`Error::ForeignScope`] if `scope`'s place was
+    /// [`Tree`](Error::Tree)([`StaleScope`](crate::Error::StaleScope)) or [`Tree`](Error::Tree)([`ForeignScope`](crate::Error::ForeignScope)) if `scope`'s place was
     /// deleted or belongs to another store.
     ///
     /// ```
@@ -837,7 +838,7 @@ impl VariableStore {
     /// })?;
     /// assert_eq!(names.len(), 1);
     /// assert_eq!(names[0].0, "foo/a");
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn scope_collection(
         &self,
@@ -861,7 +862,7 @@ impl VariableStore {
     /// let root = store.root_scope();
     /// store.get_variable(&root, VarSpec::new("w").initializer(Initializer::constant(0_u8)))?;
     /// assert_eq!(store.global_variables(None)?.len(), 1);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn global_variables(&self, scope: Option<&str>) -> Result<Vec<(String, VarId)>, Error> {
         self.collection(GLOBAL_VARIABLES, scope)
@@ -880,7 +881,7 @@ impl VariableStore {
     /// store.get_variable(&root, VarSpec::new("w").initializer(Initializer::constant(0_u8)))?;
     /// store.get_variable(&root, VarSpec::new("step").trainable(false).initializer(Initializer::constant(0_u8)))?;
     /// assert_eq!(store.trainable_variables(None)?.len(), 1);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn trainable_variables(&self, scope: Option<&str>) -> Result<Vec<(String, VarId)>, Error> {
         self.collection(TRAINABLE_VARIABLES, scope)
@@ -899,7 +900,7 @@ impl VariableStore {
     /// store.get_local_variable(&root, VarSpec::new("n").initializer(Initializer::constant(0_u8)))?;
     /// assert_eq!(store.local_variables(None)?.len(), 1);
     /// assert!(store.global_variables(None)?.is_empty());
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn local_variables(&self, scope: Option<&str>) -> Result<Vec<(String, VarId)>, Error> {
         self.collection(LOCAL_VARIABLES, scope)
@@ -914,7 +915,7 @@ impl VariableStore {
     /// let root = store.root_scope();
     /// store.get_variable(&root, VarSpec::new("w").initializer(Initializer::constant(0_u8)))?;
     /// assert_eq!(store.collection_names().collect::<Vec<_>>(), ["variables", "trainable_variables"]);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn collection_names(&self) -> impl Iterator<Item = &str> {
         self.collections.names()
@@ -940,8 +941,8 @@ impl VariableStore {
     /// plus an amortised O(1) per deleted variable to compact collections.
     ///
     /// # Errors
-    /// [`Error::RootScope`] for the root; [`Error::StaleScope`] or
-    /// [`Error::ForeignScope`].
+    /// [`Tree`](Error::Tree)([`RootScope`](crate::Error::RootScope)) for the root; [`Tree`](Error::Tree)([`StaleScope`](crate::Error::StaleScope)) or
+    /// [`Tree`](Error::Tree)([`ForeignScope`](crate::Error::ForeignScope)).
     ///
     /// ```
     /// use scopetree::sharing::{Initializer, ScopeOpts, VariableStore, VarSpec};
@@ -953,12 +954,12 @@ impl VariableStore {
     /// })?;
     /// store.delete_scope(tower.place())?;
     /// assert!(store.global_variables(None)?.is_empty());
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn delete_scope(&mut self, scope: ScopeId) -> Result<(), Error> {
         let k = self.tree.check_scope(scope)?;
         if k == self.tree.root_key() {
-            return Err(Error::RootScope);
+            return Err(crate::Error::RootScope.into());
         }
         let mut scopes = Vec::new();
         let mut vars = Vec::new();

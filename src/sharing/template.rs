@@ -5,11 +5,12 @@ use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
 use crate::arena::VarId;
-use crate::error::Error;
 use crate::names::validate_name;
+use crate::sharing::chain::CustomGetter;
 use crate::sharing::collections::{GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES};
-use crate::sharing::getter::CustomGetter;
-use crate::sharing::scope::{Reuse, ScopeOpts, VarScope};
+use crate::sharing::error::Error;
+use crate::sharing::reuse::Reuse;
+use crate::sharing::scope::{ScopeOpts, VarScope};
 use crate::sharing::store::VariableStore;
 
 /// How many created names a [`Error::TemplateCreatedVariable`] lists.
@@ -43,7 +44,7 @@ const SHOWN_NAMES: usize = 1;
 /// assert_eq!((a, b), (2.0, 6.0));
 /// let names: Vec<_> = store.global_variables(None)?.into_iter().map(|(n, _)| n).collect();
 /// assert_eq!(names, ["abc/linear/w"]); // created once, at the first call
-/// # Ok::<(), scopetree::Error>(())
+/// # Ok::<(), scopetree::sharing::Error>(())
 /// ```
 pub struct Template<F> {
     name: String,
@@ -70,7 +71,7 @@ impl<F> Template<F> {
     /// first call. O(len(name)).
     ///
     /// # Errors
-    /// [`Error::InvalidName`] if `name` is empty or contains `/` (TensorFlow
+    /// [`Tree`](Error::Tree)([`InvalidName`](crate::Error::InvalidName)) if `name` is empty or contains `/` (TensorFlow
     /// accepts `""` and then names variables `outer//v`; that is rejected here).
     ///
     /// ```
@@ -78,7 +79,7 @@ impl<F> Template<F> {
     /// let t = Template::new("fn", |_: &mut VariableStore, _: &mut VarScope, (): ()| Ok(()))?;
     /// assert_eq!(t.name(), "fn");
     /// assert!(Template::new("", |_: &mut VariableStore, _: &mut VarScope, (): ()| Ok(())).is_err());
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn new<A, R>(name: &str, func: F) -> Result<Self, Error>
     where
@@ -102,14 +103,14 @@ impl<F> Template<F> {
     /// the first call or [`create_scope_now`](Self::create_scope_now). O(1).
     ///
     /// # Errors
-    /// [`Error::InvalidName`] if `unique_name` is empty or contains `/`.
+    /// [`Tree`](Error::Tree)([`InvalidName`](crate::Error::InvalidName)) if `unique_name` is empty or contains `/`.
     ///
     /// ```
     /// use scopetree::sharing::{Template, VariableStore, VarScope};
     /// let t = Template::new("fn", |_: &mut VariableStore, _: &mut VarScope, (): ()| Ok(()))?
     ///     .with_unique_name("s1")?;
     /// # let _ = t;
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn with_unique_name(mut self, unique_name: &str) -> Result<Self, Error> {
         validate_name(unique_name)?;
@@ -126,7 +127,7 @@ impl<F> Template<F> {
     /// let t = Template::new("fn", |_: &mut VariableStore, _: &mut VarScope, (): ()| Ok(()))?
     ///     .with_custom_getter(CustomGetter::new(|s, a, next| next.get(s, a)));
     /// # let _ = t;
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn with_custom_getter(mut self, getter: CustomGetter) -> Self {
         self.getter = Some(getter);
@@ -140,7 +141,7 @@ impl<F> Template<F> {
     /// is created until the first call. O(depth × tries) to pick the name.
     ///
     /// # Errors
-    /// [`Error::StaleScope`] or [`Error::ForeignScope`] for `current`.
+    /// [`Tree`](Error::Tree)([`StaleScope`](crate::Error::StaleScope)) or [`Tree`](Error::Tree)([`ForeignScope`](crate::Error::ForeignScope)) for `current`.
     ///
     /// ```
     /// use scopetree::sharing::{ScopeOpts, Template, VariableStore, VarScope};
@@ -150,7 +151,7 @@ impl<F> Template<F> {
     ///     Template::new("bar", |_: &mut VariableStore, _: &mut VarScope, (): ()| Ok(()))?.create_scope_now(s, vs)
     /// })?;
     /// assert_eq!(t.variable_scope().map(|v| v.name()), Some("foo/bar"));
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn create_scope_now(
         mut self,
@@ -182,7 +183,7 @@ impl<F> Template<F> {
     /// use scopetree::sharing::{Template, VariableStore, VarScope};
     /// let t = Template::new("mlp", |_: &mut VariableStore, _: &mut VarScope, (): ()| Ok(()))?;
     /// assert_eq!(t.name(), "mlp");
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn name(&self) -> &str {
         &self.name
@@ -195,7 +196,7 @@ impl<F> Template<F> {
     /// use scopetree::sharing::{Template, VariableStore, VarScope};
     /// let t = Template::new("mlp", |_: &mut VariableStore, _: &mut VarScope, (): ()| Ok(()))?;
     /// assert!(t.variable_scope().is_none());
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn variable_scope(&self) -> Option<&VarScope> {
         self.scope.as_ref()
@@ -211,7 +212,7 @@ impl<F> Template<F> {
     /// assert!(!t.variables_created());
     /// t.call(&mut store, &root, ())?;
     /// assert!(t.variables_created());
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn variables_created(&self) -> bool {
         self.created
@@ -222,11 +223,11 @@ impl<F> Template<F> {
         match &self.scope {
             Some(vs) => match store.tree().check_scope(vs.place) {
                 Ok(_) => Ok(Some(vs)),
-                Err(Error::StaleScope { scope }) => Err(Error::StaleTemplate {
+                Err(crate::Error::StaleScope { scope }) => Err(Error::StaleTemplate {
                     template: crate::short::name(&self.name),
                     scope,
                 }),
-                Err(e) => Err(e),
+                Err(e) => Err(e.into()),
             },
             None => Ok(None),
         }
@@ -244,7 +245,7 @@ impl<F> Template<F> {
     ///
     /// # Errors
     /// [`Error::StaleTemplate`] if the captured scope was deleted;
-    /// [`Error::ForeignScope`] if `store` is not the template's store.
+    /// [`Tree`](Error::Tree)([`ForeignScope`](crate::Error::ForeignScope)) if `store` is not the template's store.
     ///
     /// ```
     /// use scopetree::sharing::{Initializer, Template, VariableStore, VarScope, VarSpec};
@@ -256,7 +257,7 @@ impl<F> Template<F> {
     /// assert!(t.global_variables(&store)?.is_empty());
     /// t.call(&mut store, &root, ())?;
     /// assert_eq!(t.global_variables(&store)?[0].0, "t/w");
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn global_variables(&self, store: &VariableStore) -> Result<Vec<(String, VarId)>, Error> {
         self.listed(store, GLOBAL_VARIABLES)
@@ -277,7 +278,7 @@ impl<F> Template<F> {
     /// })?;
     /// t.call(&mut store, &root, ())?;
     /// assert!(t.trainable_variables(&store)?.is_empty());
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn trainable_variables(
         &self,
@@ -301,7 +302,7 @@ impl<F> Template<F> {
     /// })?;
     /// t.call(&mut store, &root, ())?;
     /// assert_eq!(t.local_variables(&store)?.len(), 1);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn local_variables(&self, store: &VariableStore) -> Result<Vec<(String, VarId)>, Error> {
         self.listed(store, LOCAL_VARIABLES)
@@ -323,7 +324,7 @@ impl<F> Template<F> {
     /// })?;
     /// t.call(&mut store, &root, ())?;
     /// assert_eq!(t.variables(&store)?.len(), 2);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn variables(&self, store: &VariableStore) -> Result<Vec<(String, VarId)>, Error> {
         let mut all = self.global_variables(store)?;
@@ -346,7 +347,7 @@ impl<F> Template<F> {
     /// })?;
     /// t.call(&mut store, &root, ())?;
     /// assert_eq!(t.non_trainable_variables(&store)?.len(), 1);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn non_trainable_variables(
         &self,
@@ -374,7 +375,7 @@ impl<F> Template<F> {
     ///
     /// # Errors
     /// [`Error::StaleTemplate`] if the captured scope was deleted;
-    /// [`Error::ForeignScope`] for a scope of another store;
+    /// [`Tree`](Error::Tree)([`ForeignScope`](crate::Error::ForeignScope)) for a scope of another store;
     /// [`Error::TemplateCreatedVariable`] if a later call created trainable
     /// variables (they stay in the store); the errors of entering a scope under
     /// `current`; and whatever `func` returns.
@@ -393,7 +394,7 @@ impl<F> Template<F> {
     /// })?;
     /// let first = t.call(&mut store, &root, ())?;
     /// assert_eq!(t.call(&mut store, &root, ())?, first);
-    /// # Ok::<(), scopetree::Error>(())
+    /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
     pub fn call<A, R>(
         &mut self,
