@@ -44,8 +44,8 @@ pub(crate) fn path(s: &str) -> String {
         .map_or(s.len(), |(i, _)| i);
     format!(
         "{}/…/{} ({} bytes)",
-        cut_components(&s[..head_end]),
-        cut_components(&s[tail_start..]),
+        cut_components(s[..head_end].trim_end_matches('/')),
+        cut_components(s[tail_start..].trim_start_matches('/')),
         s.len()
     )
 }
@@ -75,6 +75,9 @@ mod tests {
         let shown = path(&deep);
         assert!(shown.starts_with("ab/ab/"));
         assert!(shown.contains("/…/"));
+        assert!(!shown.contains("//"), "{shown}");
+        let slashes = vec!["abc"; 100_000].join("/");
+        assert!(!path(&slashes).contains("//"));
         assert!(shown.len() < 400, "{}", shown.len());
         let wide = format!("a/{}/c", "x".repeat(1 << 20));
         let shown = path(&wide);

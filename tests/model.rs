@@ -1814,7 +1814,7 @@ fn cut_name(s: &str) -> String {
 
 /// Paths in errors: whole up to 256 characters (each component cut as
 /// names are), else the first and last 96 characters around `/…/`, followed
-/// by ` (N bytes)`.
+/// by ` (N bytes)` (no slash doubled where a cut meets one).
 fn cut_path(s: &str) -> String {
     let cut = |p: &str| p.split('/').map(cut_name).collect::<Vec<_>>().join("/");
     let chars: Vec<char> = s.chars().collect();
@@ -1823,7 +1823,12 @@ fn cut_path(s: &str) -> String {
     }
     let head: String = chars[..96].iter().collect();
     let tail: String = chars[chars.len() - 96..].iter().collect();
-    format!("{}/…/{} ({} bytes)", cut(&head), cut(&tail), s.len())
+    format!(
+        "{}/…/{} ({} bytes)",
+        cut(head.trim_end_matches('/')),
+        cut(tail.trim_start_matches('/')),
+        s.len()
+    )
 }
 
 fn valid(name: &str) -> bool {
