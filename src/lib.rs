@@ -46,7 +46,7 @@
 //! | `step/` | [`StepScopes`], [`StepVar`], [`StepError`]: step scopes for RNNs and training loops |
 //! | `workers/` | [`WorkerScope`], [`split_workers`](ScopeTree::split_workers), [`WorkerError`]: parallel workers |
 //! | [`checkpoint`] | save and load a tree, a subtree or a store as safetensors (feature `safetensors`, on by default) |
-//! | [`sharing`] | TensorFlow-1-style sharing: [`sharing::VariableStore`], `get_variable`, templates |
+//! | [`sharing`] | TensorFlow-1-style sharing: [`sharing::VariableStore`], `get_variable`, templates, [`sharing::Error`] |
 //! | [`diagnostics`] | slot sizes and the inline table width, for memory budgets |
 //!
 //! See `docs/design.md` for the arena, handles, invariants and complexities.
@@ -96,6 +96,8 @@ pub use workers::{WorkerAccessReason, WorkerError, WorkerScope};
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The README's code blocks, compiled and run as doctests.
-#[cfg(doctest)]
+/// (The README's checkpoint example needs the `safetensors` feature, on by
+/// default.)
+#[cfg(all(doctest, feature = "safetensors"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
