@@ -17,6 +17,9 @@ struct NameSlot {
     /// Pinned names were handed out as a [`Symbol`](crate::Symbol) by `intern` and live as
     /// long as the tree.
     pinned: bool,
+    /// Listed in `idle` since the last sweep (so a name that a loop drops
+    /// and re-makes is listed once, not once per drop).
+    queued: bool,
     /// Bumped each time the index is freed, so a [`Symbol`](crate::Symbol) of a freed name
     /// never reads the name that reuses its index.
     generation: u32,
@@ -25,8 +28,8 @@ struct NameSlot {
     epoch: u64,
 }
 
-/// Idle names are freed in a sweep once there are at least this many (and at
-/// least as many as names in all).
+/// Idle names are freed in a sweep once at least this many distinct names
+/// are idle (and at least half the table).
 const IDLE_SWEEP_MIN: usize = 1024;
 
 /// The per-tree string interner, with names freed when nothing uses them.
@@ -54,8 +57,8 @@ pub(crate) struct Interner {
     map: FxHashMap<Arc<str>, Sym>,
     slots: Vec<NameSlot>,
     free: Vec<Sym>,
-    /// Names whose uses fell to 0 since the last sweep (some may be in use
-    /// again, or listed twice: the sweep checks).
+    /// Names whose uses fell to 0 since the last sweep, each listed once
+    /// (some may be in use again: the sweep checks).
     idle: Vec<Sym>,
 }
 
@@ -87,6 +90,7 @@ impl Interner {
                     text: Some(Arc::clone(&text)),
                     uses: 0,
                     pinned: false,
+                    queued: false,
                     generation: 0,
                     epoch: 0,
                 });
@@ -125,12 +129,13 @@ impl Interner {
     /// Marks `idx` idle if nothing uses it and it is not pinned (also for a
     /// name interned for a create that then failed). O(1) amortised.
     pub(crate) fn idle_if_unused(&mut self, idx: Sym) {
-        let Some(slot) = self.slots.get(idx as usize) else {
+        let Some(slot) = self.slots.get_mut(idx as usize) else {
             return;
         };
-        if slot.uses > 0 || slot.pinned || slot.text.is_none() {
+        if slot.uses > 0 || slot.pinned || slot.queued || slot.text.is_none() {
             return;
         }
+        slot.queued = true;
         self.idle.push(idx);
         if self.idle.len() >= IDLE_SWEEP_MIN.max(self.map.len() / 2) {
             self.sweep();
@@ -148,6 +153,7 @@ impl Interner {
             let Some(slot) = self.slots.get_mut(idx as usize) else {
                 continue;
             };
+            slot.queued = false;
             if slot.uses > 0 || slot.pinned {
                 continue;
             }
@@ -257,6 +263,24 @@ mod tests {
         i.idle_if_unused(b);
         i.sweep();
         assert_eq!(i.get("b"), Some(b), "pinned names stay");
+    }
+
+    #[test]
+    fn names_a_loop_drops_and_remakes_are_never_swept() {
+        let mut i = Interner::default();
+        let names: Vec<Sym> = (0..8).map(|n| i.intern(&format!("h{n}"))).collect();
+        for _ in 0..10 * IDLE_SWEEP_MIN {
+            for &x in &names {
+                i.acquire(x);
+            }
+            for &x in &names {
+                i.release(x);
+            }
+        }
+        assert_eq!(i.idle.len(), names.len(), "each idle name is listed once");
+        for (n, &x) in names.iter().enumerate() {
+            assert_eq!(i.get(&format!("h{n}")), Some(x), "never swept");
+        }
     }
 
     #[test]
