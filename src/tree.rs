@@ -368,16 +368,22 @@ impl ScopeTree {
     }
 
     /// The symbol index of a name for a create, interning it if new. The
-    /// caller records the use (`insert_var`, `insert_scope`) or, if the create
-    /// fails, calls `names.free_if_unused`.
+    /// caller records the use by creating a scope or variable with it (a
+    /// create that fails after interning fails on a name already in use).
+    #[inline]
     pub(crate) fn intern_name(&mut self, name: NameRef<'_>) -> Result<Sym, Error> {
         match name {
-            NameRef::Str(s) => {
-                validate_name(s)?;
-                Ok(self.arena.intern(s))
-            }
+            NameRef::Str(s) => self.intern_str(s),
             NameRef::Sym(sym) => self.check_symbol(sym),
         }
+    }
+
+    /// The text half of [`intern_name`](Self::intern_name), kept out of line
+    /// so the symbol half inlines into its callers.
+    #[inline(never)]
+    fn intern_str(&mut self, s: &str) -> Result<Sym, Error> {
+        validate_name(s)?;
+        Ok(self.arena.intern(s))
     }
 
     /// Like [`intern_name`](Self::intern_name), and pins the name, for a layer

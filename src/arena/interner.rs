@@ -122,12 +122,38 @@ impl Interner {
     pub(crate) fn release(&mut self, idx: Sym) {
         if let Some(slot) = self.slots.get_mut(idx as usize) {
             slot.uses = slot.uses.saturating_sub(1);
+            if slot.uses == 0 && !slot.pinned && !slot.queued {
+                self.idle_if_unused(idx);
+            }
         }
-        self.idle_if_unused(idx);
+    }
+
+    /// A variable named `idx` was created: one more use, and a new epoch.
+    /// One slot access. O(1).
+    #[inline]
+    pub(crate) fn acquire_var(&mut self, idx: Sym) {
+        if let Some(slot) = self.slots.get_mut(idx as usize) {
+            slot.uses += 1;
+            slot.epoch = slot.epoch.wrapping_add(1);
+        }
+    }
+
+    /// A variable named `idx` was freed: one use less, and a new epoch.
+    /// O(1) amortised.
+    #[inline]
+    pub(crate) fn release_var(&mut self, idx: Sym) {
+        if let Some(slot) = self.slots.get_mut(idx as usize) {
+            slot.epoch = slot.epoch.wrapping_add(1);
+            slot.uses = slot.uses.saturating_sub(1);
+            if slot.uses == 0 && !slot.pinned && !slot.queued {
+                self.idle_if_unused(idx);
+            }
+        }
     }
 
     /// Marks `idx` idle if nothing uses it and it is not pinned (also for a
     /// name interned for a create that then failed). O(1) amortised.
+    #[cold]
     pub(crate) fn idle_if_unused(&mut self, idx: Sym) {
         let Some(slot) = self.slots.get_mut(idx as usize) else {
             return;

@@ -230,8 +230,7 @@ impl Arena {
         if live.is_retired() {
             return None;
         }
-        self.names.bump(live.name);
-        self.names.release(live.name);
+        self.names.release_var(live.name);
         if at_last_version(key) {
             let value = live.value.take();
             live.owner = None;
@@ -244,23 +243,23 @@ impl Arena {
 
     /// Creates a variable named `sym` in the live scope `scope`. The caller
     /// checked that the scope has no variable of that name. O(1) amortised.
+    #[inline]
     pub(crate) fn insert_var(&mut self, scope: ScopeKey, sym: Sym) -> VarKey {
-        if self.scope(scope).is_none() {
+        // One probe of the scope: its slot stays borrowed while the other
+        // fields (variables, names, signatures, spare tables) are written.
+        let Some(slot) = self.scopes.get_mut(scope).filter(|s| !s.is_retired()) else {
             return VarKey::null();
-        }
+        };
         let key = self.vars.insert(VarSlot {
             value: None,
             owner: Some(scope),
             name: sym,
         });
-        self.names.bump(sym);
-        self.names.acquire(sym);
-        if let Some(slot) = self.scopes.get_mut(scope) {
-            slot.vars
-                .push(Entry { sym, var: key }, &mut self.spare_tables);
-            if let Some(sig) = self.sigs.get_mut(slot_index(scope)) {
-                *sig |= sig_bit(sym);
-            }
+        slot.vars
+            .push(Entry { sym, var: key }, &mut self.spare_tables);
+        self.names.acquire_var(sym);
+        if let Some(sig) = self.sigs.get_mut(slot_index(scope)) {
+            *sig |= sig_bit(sym);
         }
         key
     }
@@ -318,8 +317,7 @@ impl Arena {
             *sig |= sig_bit(sym);
         }
         self.names.bump(old);
-        self.names.bump(sym);
-        self.names.acquire(sym);
+        self.names.acquire_var(sym);
         self.names.release(old);
         self.refresh_sig(scope);
         if let Some(v) = self.vars.get_mut(var) {

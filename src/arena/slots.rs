@@ -67,7 +67,16 @@ impl VarTable {
     /// The variable named `sym`. O(1).
     #[inline]
     pub(crate) fn find(&self, sym: Sym) -> Option<VarKey> {
-        self.entry(self.position(sym)?).map(|e| e.var)
+        match &self.index {
+            Some(ix) => self.entry(*ix.get(&sym)?).map(|e| e.var),
+            // A table without an index has no holes.
+            None => self
+                .entries
+                .iter()
+                .flatten()
+                .find(|e| e.sym == sym)
+                .map(|e| e.var),
+        }
     }
 
     /// The entry at `pos`, if it is not a hole.
@@ -109,6 +118,7 @@ impl VarTable {
 
     /// Appends an entry, taking a spare heap buffer when the inline space is
     /// full so that steady-state churn does not allocate.
+    #[inline]
     pub(super) fn push(&mut self, e: Entry, spares: &mut Vec<Vec<Option<Entry>>>) {
         if !self.entries.spilled() && self.entries.len() == INLINE_VARS {
             if let Some(mut buf) = spares.pop() {
