@@ -10,6 +10,10 @@
 //!   `raw_read_into`: `read_exact` of each tensor's bytes into 256 buffers
 //!   allocated once (no allocation or page fault in the loop: the fastest
 //!   a reader can be).
+//! - `raw_read_fresh_keep`: `read_exact` of each tensor's bytes into a fresh
+//!   buffer while the previous 256 buffers stay alive until the end, then
+//!   dropped: the allocation and page-fault pattern of an atomic load (the
+//!   like-with-like baseline for `load`).
 //!
 //! Size: `SCOPETREE_CKPT_MIB` MiB in all (default 1024). Under
 //! `cargo test --benches` (criterion's test mode: no `--bench` argument)
@@ -105,6 +109,25 @@ fn bench(c: &mut Criterion) {
                 f.read_exact(buf).unwrap();
             }
             black_box(&bufs);
+        })
+    });
+    // Like with like for the atomic load: the same bytes read with
+    // `std::fs` into one fresh buffer per tensor while the previous buffers
+    // stay alive, which are dropped at the end (the memory an atomic load
+    // needs: the old values until the last tensor is read).
+    let per = bytes / TENSORS;
+    let mut held: Vec<Vec<u8>> = (0..TENSORS).map(|_| vec![1_u8; per]).collect();
+    g.bench_function("raw_read_fresh_keep", |b| {
+        b.iter(|| {
+            let mut f = std::fs::File::open(&raw).unwrap();
+            let mut fresh = Vec::with_capacity(TENSORS);
+            for _ in 0..TENSORS {
+                let mut buf = vec![0_u8; per];
+                f.read_exact(&mut buf).unwrap();
+                fresh.push(buf);
+            }
+            drop(std::mem::replace(&mut held, fresh));
+            black_box(&held);
         })
     });
     g.finish();
