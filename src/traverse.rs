@@ -116,14 +116,14 @@ impl FusedIterator for Descendants<'_> {}
 pub struct LocalVars<'a> {
     tree: &'a ScopeTree,
     /// The table's entries and holes; `remaining` counts the entries left.
-    entries: std::slice::Iter<'a, Option<Entry>>,
+    entries: std::slice::Iter<'a, Entry>,
     remaining: usize,
 }
 
 impl<'a> Iterator for LocalVars<'a> {
     type Item = (&'a str, VarId);
     fn next(&mut self) -> Option<(&'a str, VarId)> {
-        let e = self.entries.by_ref().flatten().next()?;
+        let e = self.entries.by_ref().find(|e| !e.is_hole())?;
         self.remaining -= 1;
         Some(self.item(*e))
     }
@@ -144,7 +144,7 @@ impl<'a> LocalVars<'a> {
 impl ExactSizeIterator for LocalVars<'_> {}
 impl<'a> DoubleEndedIterator for LocalVars<'a> {
     fn next_back(&mut self) -> Option<(&'a str, VarId)> {
-        let e = self.entries.by_ref().rev().flatten().next()?;
+        let e = self.entries.by_ref().rev().find(|e| !e.is_hole())?;
         self.remaining -= 1;
         Some(self.item(*e))
     }

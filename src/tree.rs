@@ -359,12 +359,17 @@ impl ScopeTree {
     #[inline]
     pub(crate) fn lookup_name(&self, name: NameRef<'_>) -> Result<Option<Sym>, Error> {
         match name {
-            NameRef::Str(s) => {
-                validate_name(s)?;
-                Ok(self.arena.names().get(s))
-            }
+            NameRef::Str(s) => self.lookup_str(s),
             NameRef::Sym(sym) => self.check_symbol(sym).map(Some),
         }
+    }
+
+    /// The text half of [`lookup_name`](Self::lookup_name), out of line so
+    /// the symbol half inlines into the lookups.
+    #[inline(never)]
+    fn lookup_str(&self, s: &str) -> Result<Option<Sym>, Error> {
+        validate_name(s)?;
+        Ok(self.arena.names().get(s))
     }
 
     /// The symbol index of a name for a create, interning it if new. The

@@ -183,12 +183,13 @@ impl Arena {
             self.names.release(sym);
         }
         let table = slot.vars.take_entries();
-        self.free_vars(&table, |e| e.map(|e| e.var).unwrap_or_default(), deferred);
+        // A hole's key is null: `free_var` skips it.
+        self.free_vars(&table, |e| e.var, deferred);
         self.recycle_table(table);
         Some(slot)
     }
 
-    fn recycle_table(&mut self, table: SmallVec<[Option<Entry>; INLINE_VARS]>) {
+    fn recycle_table(&mut self, table: SmallVec<[Entry; INLINE_VARS]>) {
         if table.spilled()
             && table.capacity() <= SPARE_TABLE_MAX_CAP
             && self.spare_tables.len() < SPARE_TABLES

@@ -63,7 +63,7 @@ pub(crate) struct Arena {
     retired_vars: usize,
     /// Spilled variable tables kept for reuse, so that step churn does not
     /// allocate.
-    spare_tables: Vec<Vec<Option<Entry>>>,
+    spare_tables: Vec<Vec<Entry>>,
     /// The parent of each scope slot, by slot index (null for the root).
     up: Vec<ScopeKey>,
     /// The name signature of each scope slot, by slot index: bit `sym % 64`
@@ -251,7 +251,7 @@ impl Arena {
         let spares: usize = self
             .spare_tables
             .iter()
-            .map(|b| b.capacity() * mem::size_of::<Option<Entry>>())
+            .map(|b| b.capacity() * mem::size_of::<Entry>())
             .sum();
         arenas + tables + spares + self.names.heap_bytes()
     }

@@ -6,6 +6,7 @@ use std::any::{Any, type_name};
 use std::mem;
 
 use rustc_hash::FxHashMap;
+use slotmap::Key;
 use smallvec::SmallVec;
 
 use super::keys::{ScopeKey, VarKey};
@@ -36,6 +37,25 @@ pub(crate) struct Entry {
     pub(crate) var: VarKey,
 }
 
+impl Entry {
+    /// The place of a removed entry in an indexed table, until the next
+    /// compaction. Its symbol is one no name can have (the interner would
+    /// need 2^32 names), so a scan for a name never stops at a hole, and
+    /// its key is null.
+    fn hole() -> Entry {
+        Entry {
+            sym: Sym::MAX,
+            var: VarKey::null(),
+        }
+    }
+
+    /// Whether this is the place of a removed entry.
+    #[inline]
+    pub(crate) fn is_hole(&self) -> bool {
+        self.sym == Sym::MAX
+    }
+}
+
 /// The bit a symbol sets in a scope's name signature.
 #[inline]
 pub(crate) fn sig_bit(sym: Sym) -> u64 {
@@ -49,7 +69,7 @@ pub(crate) fn sig_bit(sym: Sym) -> u64 {
 /// alongside, so a local lookup is O(1) in a wide scope and a short scan in a
 /// small one.
 ///
-/// Removing from an indexed table leaves a hole (`None`) instead of shifting
+/// Removing from an indexed table leaves a hole ([`Entry::hole`]) instead of shifting
 /// the entries after it; the holes are squeezed out, in one pass that keeps
 /// the order, once they outnumber the live entries. Removal and rename are
 /// therefore O(1) amortised at any width, and listings keep creation order.
@@ -57,7 +77,7 @@ pub(crate) fn sig_bit(sym: Sym) -> u64 {
 /// shifts at most [`INDEX_THRESHOLD`] entries.
 #[derive(Default)]
 pub(crate) struct VarTable {
-    entries: SmallVec<[Option<Entry>; INLINE_VARS]>,
+    entries: SmallVec<[Entry; INLINE_VARS]>,
     /// Symbol to position in `entries`, past [`INDEX_THRESHOLD`] entries; it
     /// holds one key per live entry, so its length is the table's.
     index: Option<Box<FxHashMap<Sym, usize>>>,
@@ -69,20 +89,15 @@ impl VarTable {
     pub(crate) fn find(&self, sym: Sym) -> Option<VarKey> {
         match &self.index {
             Some(ix) => self.entry(*ix.get(&sym)?).map(|e| e.var),
-            // A table without an index has no holes.
-            None => self
-                .entries
-                .iter()
-                .flatten()
-                .find(|e| e.sym == sym)
-                .map(|e| e.var),
+            // A short scan; no hole can match a name.
+            None => self.entries.iter().find(|e| e.sym == sym).map(|e| e.var),
         }
     }
 
     /// The entry at `pos`, if it is not a hole.
     #[inline]
     pub(crate) fn entry(&self, pos: usize) -> Option<Entry> {
-        self.entries.get(pos).copied().flatten()
+        self.entries.get(pos).filter(|e| !e.is_hole()).copied()
     }
 
     /// The position of `sym` in the table. O(1).
@@ -90,10 +105,7 @@ impl VarTable {
     pub(crate) fn position(&self, sym: Sym) -> Option<usize> {
         match &self.index {
             Some(ix) => ix.get(&sym).copied(),
-            None => self
-                .entries
-                .iter()
-                .position(|e| e.is_some_and(|e| e.sym == sym)),
+            None => self.entries.iter().position(|e| e.sym == sym),
         }
     }
 
@@ -106,27 +118,27 @@ impl VarTable {
     }
 
     /// The entries and holes in creation order (for iterators that keep
-    /// their own count of live entries).
-    pub(crate) fn slots(&self) -> &[Option<Entry>] {
+    /// their own count of live entries and skip [holes](Entry::is_hole)).
+    pub(crate) fn slots(&self) -> &[Entry] {
         &self.entries
     }
 
     /// The entries in creation order.
     pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = Entry> + Clone + '_ {
-        self.entries.iter().filter_map(|e| *e)
+        self.entries.iter().filter(|e| !e.is_hole()).copied()
     }
 
     /// Appends an entry, taking a spare heap buffer when the inline space is
     /// full so that steady-state churn does not allocate.
     #[inline]
-    pub(super) fn push(&mut self, e: Entry, spares: &mut Vec<Vec<Option<Entry>>>) {
+    pub(super) fn push(&mut self, e: Entry, spares: &mut Vec<Vec<Entry>>) {
         if !self.entries.spilled() && self.entries.len() == INLINE_VARS {
             if let Some(mut buf) = spares.pop() {
                 buf.extend(self.entries.drain(..));
                 self.entries = SmallVec::from_vec(buf);
             }
         }
-        self.entries.push(Some(e));
+        self.entries.push(e);
         let pos = self.entries.len() - 1;
         if let Some(ix) = &mut self.index {
             ix.insert(e.sym, pos);
@@ -140,15 +152,15 @@ impl VarTable {
     pub(super) fn remove(&mut self, sym: Sym) -> Option<Entry> {
         let pos = self.position(sym)?;
         let e = match &mut self.index {
-            None => self.entries.remove(pos)?,
+            None => self.entries.remove(pos),
             Some(ix) => {
                 ix.remove(&sym);
-                self.entries.get_mut(pos)?.take()?
+                std::mem::replace(self.entries.get_mut(pos)?, Entry::hole())
             }
         };
         let live = self.len();
         if self.entries.len() - live > live.max(INDEX_THRESHOLD) {
-            self.entries.retain(|e| e.is_some());
+            self.entries.retain(|e| !e.is_hole());
             self.reindex();
         }
         Some(e)
@@ -158,13 +170,15 @@ impl VarTable {
     /// returns them in order. O(entries).
     pub(super) fn remove_where(&mut self, mut pred: impl FnMut(Sym) -> bool) -> Vec<Entry> {
         let mut out = Vec::new();
-        self.entries.retain(|e| match e {
-            Some(x) if pred(x.sym) => {
-                out.push(*x);
+        self.entries.retain(|e| {
+            if e.is_hole() {
                 false
+            } else if pred(e.sym) {
+                out.push(*e);
+                false
+            } else {
+                true
             }
-            Some(_) => true,
-            None => false,
         });
         if self.index.is_some() {
             self.reindex();
@@ -174,7 +188,7 @@ impl VarTable {
 
     /// Renames the entry at `pos` in place. O(1).
     pub(super) fn rename_at(&mut self, pos: usize, sym: Sym) {
-        let Some(Some(e)) = self.entries.get_mut(pos) else {
+        let Some(e) = self.entries.get_mut(pos).filter(|e| !e.is_hole()) else {
             return;
         };
         if let Some(ix) = &mut self.index {
@@ -187,21 +201,21 @@ impl VarTable {
     /// Rebuilds the index from the entries, or drops it once the table is
     /// short and has no hole. O(entries).
     fn reindex(&mut self) {
-        if self.entries.len() <= INDEX_THRESHOLD && self.entries.iter().all(Option::is_some) {
+        if self.entries.len() <= INDEX_THRESHOLD && !self.entries.iter().any(Entry::is_hole) {
             self.index = None;
             return;
         }
         let ix = self.index.get_or_insert_with(Default::default);
         ix.clear();
         for (pos, e) in self.entries.iter().enumerate() {
-            if let Some(e) = e {
+            if !e.is_hole() {
                 ix.insert(e.sym, pos);
             }
         }
     }
 
     /// Empties the table, handing back its buffer.
-    pub(super) fn take_entries(&mut self) -> SmallVec<[Option<Entry>; INLINE_VARS]> {
+    pub(super) fn take_entries(&mut self) -> SmallVec<[Entry; INLINE_VARS]> {
         self.index = None;
         mem::take(&mut self.entries)
     }
@@ -209,7 +223,7 @@ impl VarTable {
     /// Heap bytes of the spilled buffer and the index.
     pub(super) fn heap_bytes(&self) -> usize {
         let spilled = if self.entries.spilled() {
-            self.entries.capacity() * mem::size_of::<Option<Entry>>()
+            self.entries.capacity() * mem::size_of::<Entry>()
         } else {
             0
         };

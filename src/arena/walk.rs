@@ -161,6 +161,13 @@ impl<'a> Structure<'a> {
 }
 
 impl Arena {
+    /// The variable named `sym` in the table of `key`, for the lookup walk
+    /// when the level's signature has the name's bit.
+    #[inline]
+    fn probe(&self, key: ScopeKey, sym: Sym) -> Option<VarKey> {
+        self.scopes.get(key)?.vars.find(sym)
+    }
+
     /// A read-only view of the structure.
     #[inline]
     pub(crate) fn structure(&self) -> Structure<'_> {
@@ -223,7 +230,7 @@ impl Arena {
                 return None;
             };
             if sig & bit != 0 {
-                if let Some(v) = self.scopes.get(key).and_then(|s| s.vars.find(sym)) {
+                if let Some(v) = self.probe(key, sym) {
                     return Some((key, v));
                 }
             }
