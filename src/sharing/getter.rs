@@ -23,6 +23,11 @@ use crate::tree::ScopeTree;
 /// collections, a reuse mode for this call only, and a custom getter that
 /// replaces the scope's chain for this call.
 ///
+/// The name, reuse mode and shape are kept inline; the initializer, trainable
+/// flag, collections and custom getter (rarely given on reuse) share one box,
+/// allocated by the first of those builder calls, so a reuse spec is a few
+/// words to build, pass and drop.
+///
 /// ```
 /// use scopetree::sharing::{Initializer, VarSpec};
 /// let spec = VarSpec::new("w")
