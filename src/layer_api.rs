@@ -130,3 +130,16 @@ impl ScopeTree {
         slot.value_any()
     }
 }
+
+impl ScopeTree {
+    /// The `TypeId` of the value of the live variable `key`, in one slot
+    /// read (no handle check: the caller holds a key of this tree); `None`
+    /// when the key is dead or the variable has no value. Lets the sharing
+    /// layer check a shared variable's type without going through a handle.
+    /// O(1).
+    #[inline]
+    pub(crate) fn value_type_id(&self, key: VarKey) -> Option<std::any::TypeId> {
+        let any = self.arena().var(key)?.value_any()?;
+        Some(std::any::Any::type_id(any))
+    }
+}

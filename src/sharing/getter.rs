@@ -23,6 +23,11 @@ use crate::tree::ScopeTree;
 /// collections, a reuse mode for this call only, and a custom getter that
 /// replaces the scope's chain for this call.
 ///
+/// The name, reuse mode and shape are kept inline; the initializer, trainable
+/// flag, collections and custom getter (rarely given on reuse) share one box,
+/// allocated by the first of those builder calls, so a reuse spec is a few
+/// words to build, pass and drop.
+///
 /// ```
 /// use scopetree::sharing::{Initializer, VarSpec};
 /// let spec = VarSpec::new("w")
@@ -33,24 +38,43 @@ use crate::tree::ScopeTree;
 /// ```
 pub struct VarSpec<T> {
     name: SpecName,
+    reuse: Reuse,
     shape: Option<Shape>,
+    /// The parts a reuse call rarely sets, boxed so that the common spec
+    /// (name, reuse mode, maybe a shape) stays small to build, pass and drop.
+    rare: Option<Box<Rare<T>>>,
+}
+
+/// The rarely set parts of a [`VarSpec`].
+struct Rare<T> {
     init: Option<Initializer<T>>,
     trainable: Option<bool>,
     collections: Option<Vec<String>>,
-    reuse: Reuse,
     getter: Option<CustomGetter>,
+}
+
+impl<T> Default for Rare<T> {
+    fn default() -> Self {
+        Rare {
+            init: None,
+            trainable: None,
+            collections: None,
+            getter: None,
+        }
+    }
 }
 
 impl<T> fmt::Debug for VarSpec<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let rare = self.rare.as_deref();
         f.debug_struct("VarSpec")
             .field("name", &self.name.as_str())
             .field("shape", &self.shape)
-            .field("initializer", &self.init)
-            .field("trainable", &self.trainable)
-            .field("collections", &self.collections)
+            .field("initializer", &rare.and_then(|r| r.init.as_ref()))
+            .field("trainable", &rare.and_then(|r| r.trainable))
+            .field("collections", &rare.and_then(|r| r.collections.as_ref()))
             .field("reuse", &self.reuse)
-            .field("custom_getter", &self.getter.is_some())
+            .field("custom_getter", &rare.is_some_and(|r| r.getter.is_some()))
             .finish()
     }
 }
@@ -69,13 +93,15 @@ impl<T> VarSpec<T> {
     pub fn new(name: impl AsRef<str>) -> Self {
         VarSpec {
             name: SpecName::new(name.as_ref()),
-            shape: None,
-            init: None,
-            trainable: None,
-            collections: None,
             reuse: Reuse::Inherit,
-            getter: None,
+            shape: None,
+            rare: None,
         }
+    }
+
+    /// The rarely set parts, boxed on first use (one allocation per spec).
+    fn rare_mut(&mut self) -> &mut Rare<T> {
+        self.rare.get_or_insert_with(Box::default)
     }
 
     /// The name asked for. O(1).
@@ -112,7 +138,7 @@ impl<T> VarSpec<T> {
     /// # let _ = spec;
     /// ```
     pub fn initializer(mut self, init: Initializer<T>) -> Self {
-        self.init = Some(init);
+        self.rare_mut().init = Some(init);
         self
     }
 
@@ -126,7 +152,7 @@ impl<T> VarSpec<T> {
     /// # let _ = spec;
     /// ```
     pub fn trainable(mut self, trainable: bool) -> Self {
-        self.trainable = Some(trainable);
+        self.rare_mut().trainable = Some(trainable);
         self
     }
 
@@ -143,7 +169,7 @@ impl<T> VarSpec<T> {
         mut self,
         collections: impl IntoIterator<Item = S>,
     ) -> Self {
-        self.collections = Some(collections.into_iter().map(Into::into).collect());
+        self.rare_mut().collections = Some(collections.into_iter().map(Into::into).collect());
         self
     }
 
@@ -169,7 +195,7 @@ impl<T> VarSpec<T> {
     /// # let _ = spec;
     /// ```
     pub fn custom_getter(mut self, getter: CustomGetter) -> Self {
-        self.getter = Some(getter);
+        self.rare_mut().getter = Some(getter);
         self
     }
 }
@@ -187,6 +213,7 @@ enum SpecName {
 impl SpecName {
     const INLINE: usize = 22;
 
+    #[inline]
     fn new(name: &str) -> Self {
         match u8::try_from(name.len()) {
             Ok(len) if name.len() <= Self::INLINE => {
@@ -198,6 +225,7 @@ impl SpecName {
         }
     }
 
+    #[inline]
     fn as_str(&self) -> &str {
         match self {
             SpecName::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)])
@@ -220,14 +248,21 @@ where
     T: HasShape + Send + Sync + 'static,
 {
     let base = store.tree().check_scope(scope.place)?;
-    // A '/' is fine in the name: it names a sub-scope.
-    let path = Path::parse(spec.name.as_str())?;
+    let text = spec.name.as_str();
     let reuse = spec.reuse.or(scope.reuse);
-    if spec.getter.is_none() && scope.getters.is_empty() {
-        let (dirs, leaf) = path.split_leaf();
-        if let Some(var) = store.locate(base, dirs, leaf) {
+    let rare = spec.rare.as_deref();
+    let own_getter = rare.and_then(|r| r.getter.as_ref());
+    if own_getter.is_none() && scope.getters.is_empty() {
+        // A name without '/' (the common case) is its own leaf: no parse.
+        let found = if !text.is_empty() && !text.as_bytes().contains(&b'/') {
+            store.locate(base, None, text).map(|v| (v, text))
+        } else {
+            let (dirs, leaf) = Path::parse(text)?.split_leaf();
+            store.locate(base, dirs, leaf).map(|v| (v, leaf))
+        };
+        if let Some((var, leaf)) = found {
             if spec.shape.is_some() {
-                let kind = match &spec.init {
+                let kind = match rare.and_then(|r| r.init.as_ref()) {
                     Some(i) => Some(i.kind()),
                     None => scope.initializer::<T>().map(Initializer::kind),
                 };
@@ -239,21 +274,27 @@ where
             return check_share(store, var, reuse, &TypeInfo::of::<T>(), spec.shape.as_ref());
         }
     }
+    // A '/' is fine in the name: it names a sub-scope.
+    let path = Path::parse(text)?;
     let name = crate::sharing::path::join(&scope.name, path.as_str());
-    let init = spec
-        .init
+    let VarSpec { shape, rare, .. } = spec;
+    let Rare {
+        init,
+        trainable,
+        collections,
+        getter,
+    } = rare.map(|r| *r).unwrap_or_default();
+    let init = init
         .as_ref()
         .or_else(|| scope.initializer::<T>())
         .map(Initializer::erase);
     let (trainable, collections) = if local {
-        let mut c = spec.collections.unwrap_or_default();
+        let mut c = collections.unwrap_or_default();
         c.push(LOCAL_VARIABLES.to_owned());
         (false, c)
     } else {
-        let trainable = spec.trainable.or(scope.trainable).unwrap_or(true);
-        let mut c = spec
-            .collections
-            .unwrap_or_else(|| vec![GLOBAL_VARIABLES.to_owned()]);
+        let trainable = trainable.or(scope.trainable).unwrap_or(true);
+        let mut c = collections.unwrap_or_else(|| vec![GLOBAL_VARIABLES.to_owned()]);
         if trainable && !c.iter().any(|c| c == TRAINABLE_VARIABLES) {
             c.push(TRAINABLE_VARIABLES.to_owned());
         }
@@ -261,7 +302,7 @@ where
     };
     let args = GetterArgs {
         name,
-        shape: spec.shape,
+        shape,
         trainable,
         reuse,
         collections,
@@ -269,7 +310,7 @@ where
         init,
         base: (scope.place, Arc::clone(&scope.name)),
     };
-    let rest = match &spec.getter {
+    let rest = match &getter {
         Some(g) => std::slice::from_ref(g),
         None => &scope.getters[..],
     };
@@ -344,7 +385,8 @@ fn check_share(
         return Err(Error::VariableExists { name, scope });
     }
     let meta = || store.var_meta(var);
-    let type_ok = (ty.holds)(tree, id) || {
+    // The common case first: one slot read and a `TypeId` compare.
+    let type_ok = tree.value_type_id(var) == Some(ty.id) || (ty.holds)(tree, id) || {
         // Not a `T`: either another type, or no value (then the type it was
         // created with decides).
         tree.type_name(id)?.is_none() && meta().is_none_or(|m| m.type_id == ty.id)
