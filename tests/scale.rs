@@ -215,7 +215,15 @@ fn million_deep_chain_through_the_read_api() {
     let above = tree.find_var(chain[DEPTH - 1], "mark").unwrap().unwrap();
     assert_eq!(*tree.get::<usize>(above).unwrap(), DEPTH - 1000);
     let miss = tree.get_var(bottom, "absent").unwrap_err();
-    assert!(matches!(miss, Error::NotFound { ref scope, .. } if scope.len() == 2 * DEPTH - 1));
+    // The error names the path cut in the middle, with its full length
+    // (issue 9: no error copies a 2 MB path).
+    assert!(
+        matches!(miss, Error::NotFound { ref scope, .. }
+            if scope.starts_with("l/l/") && scope.contains("/…/")
+                && scope.ends_with(&format!(" ({} bytes)", 2 * DEPTH - 1))
+                && scope.len() < 300),
+        "{miss:?}"
+    );
 
     // Walks.
     assert_eq!(tree.ancestors(bottom).unwrap().count(), DEPTH + 1);
