@@ -6,8 +6,6 @@
 //! The names and signatures here are the contract between the arena and its
 //! layers: the arena may change its storage, not these.
 
-// Some methods are not called yet: the layers are being ported onto this API.
-#![allow(dead_code)]
 
 use crate::arena::{ScopeId, ScopeKey, VarId, VarKey};
 use crate::tree::ScopeTree;
