@@ -6,7 +6,6 @@
 //! The names and signatures here are the contract between the arena and its
 //! layers: the arena may change its storage, not these.
 
-
 use crate::arena::{ScopeId, ScopeKey, VarId, VarKey};
 use crate::tree::ScopeTree;
 
