@@ -46,6 +46,7 @@
 //! | `step/` | [`StepScopes`], [`StepVar`], [`StepError`]: step scopes for RNNs and training loops |
 //! | `workers/` | [`WorkerScope`], [`split_workers`](ScopeTree::split_workers), [`WorkerError`]: parallel workers |
 //! | [`checkpoint`] | save and load a tree, a subtree or a store as safetensors (feature `safetensors`, on by default) |
+//! | `candle` | `CandleStore`: scopetree behind candle-nn's `VarBuilder` (feature `candle`, off by default) |
 //! | [`sharing`] | TensorFlow-1-style sharing: [`sharing::VariableStore`], `get_variable`, templates, [`sharing::Error`] |
 //! | [`diagnostics`] | slot sizes and the inline table width, for memory budgets |
 //!
@@ -56,6 +57,8 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod arena;
+#[cfg(feature = "candle")]
+pub mod candle;
 #[cfg(feature = "safetensors")]
 pub mod checkpoint;
 pub mod diagnostics;

@@ -54,6 +54,9 @@ pub struct LoadOptions {
     rollback: bool,
     types: Types,
     filter: Option<Filter>,
+    /// The codec of the values a load creates, by dtype, when not the
+    /// crate's default (`Vec`/`Tensor`); the candle store makes `Var`s.
+    pub(crate) create_with: Option<fn(Dtype) -> Option<Codec>>,
 }
 
 impl Default for LoadOptions {
@@ -77,6 +80,14 @@ impl std::fmt::Debug for LoadOptions {
 }
 
 impl LoadOptions {
+    /// The codec of a value this load creates for a file tensor of `dtype`.
+    fn create_codec(&self, dtype: Dtype) -> Option<Codec> {
+        match self.create_with {
+            Some(f) => f(dtype),
+            None => default_codec(dtype, self.create_shaped),
+        }
+    }
+
     /// Strict: every variable in the file, every file key in the tree,
     /// equal shapes and dtypes; `/` keys; rollback on a read error. O(1).
     ///
@@ -94,6 +105,7 @@ impl LoadOptions {
             rollback: true,
             types: Types::builtin(),
             filter: None,
+            create_with: None,
         }
     }
 
@@ -377,7 +389,8 @@ fn check_var(
             (*codec, d, s, f)
         }
         None => {
-            let codec = default_codec(t.dtype, opts.create_shaped)
+            let codec = opts
+                .create_codec(t.dtype)
                 .ok_or_else(|| format!("no value, and no Rust element type for {:?}", t.dtype))?;
             return Ok(Step::Set {
                 var,
@@ -422,7 +435,8 @@ fn check_var(
 
 /// The step for a file tensor the tree lacks, under `create`.
 fn check_create(t: &FileTensor, opts: &LoadOptions) -> Result<Step, String> {
-    let codec = default_codec(t.dtype, opts.create_shaped)
+    let codec = opts
+        .create_codec(t.dtype)
         .ok_or_else(|| format!("cannot create: no Rust element type for {:?}", t.dtype))?;
     let comps: Vec<String> = t.key.split(opts.sep.as_str()).map(str::to_owned).collect();
     for c in &comps {
@@ -472,6 +486,9 @@ pub(crate) fn apply(
     let mut reader = BufReader::with_capacity(READ_BUFFER, file);
     let mut pos = reader.stream_position().map_err(Error::io(&shown))?;
     let mut log: Vec<Undo> = Vec::new();
+    // New values of shared types (candle `Var`s), assigned once every read
+    // has succeeded.
+    let mut staged: Vec<(VarId, Codec, Old, String)> = Vec::new();
     for (t, step) in plan.steps {
         let (target, codec, convert_to) = match step {
             Step::Skip => continue,
@@ -523,13 +540,20 @@ pub(crate) fn apply(
                     }
                 }
             };
-            let old = (codec.read_into)(tree, var, src, !opts.rollback).map_err(|e| match e {
+            let with_path = |e| match e {
                 Error::Io { source, .. } => Error::Io {
                     path: short::path(&shown),
                     source,
                 },
                 other => other,
-            })?;
+            };
+            if codec.shared && tree.value_any(var).is_some() {
+                let new = (codec.stage)(src).map_err(with_path)?;
+                pos += nbytes as u64;
+                staged.push((var, codec, new, t.key.clone()));
+                return Ok(());
+            }
+            let old = (codec.read_into)(tree, var, src, !opts.rollback).map_err(with_path)?;
             pos += nbytes as u64;
             if opts.rollback {
                 log.push(Undo::Value(var, codec, old));
@@ -549,6 +573,18 @@ pub(crate) fn apply(
             });
         }
         report.loaded.push(t.key);
+    }
+    // Every read succeeded; the checks made each assignment fit (same
+    // dtype and shape), so none fails for a value the crate made.
+    for (var, codec, new, key) in staged {
+        if let Err(e) = (codec.assign)(tree, var, new) {
+            return Err(Error::Data {
+                path: short::path(&shown),
+                key,
+                rolled_back: false,
+                source: Box::new(e),
+            });
+        }
     }
     report.loaded.sort_unstable();
     report.created.sort_unstable();

@@ -59,6 +59,8 @@ pub use error::{BadFile, Error, Mismatch, NotTensor};
 pub use header::FileTensor;
 pub use load::{DtypePolicy, LoadOptions, LoadReport};
 pub use save::{SaveOptions, SaveReport};
+#[cfg(feature = "candle")]
+pub(crate) use tensor::Codec;
 pub use tensor::{Checkpointable, Dtype, Element, Tensor};
 
 use crate::sharing::VariableStore;

@@ -196,6 +196,15 @@ pub(crate) fn save_with(
             let codec = opts.types.get(v.type_id())?;
             (codec.parts)(v)
         });
+        let parts = match parts {
+            Some(Err(e)) => {
+                return Err(Error::BadTensor {
+                    reason: format!("cannot read {}: {e}", crate::short::path(&key)),
+                });
+            }
+            Some(Ok(p)) => Some(p),
+            None => None,
+        };
         let Some(parts) = parts else {
             not_tensors.push(NotTensor {
                 key,

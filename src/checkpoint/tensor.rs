@@ -38,6 +38,14 @@ pub trait Checkpointable: Any + Send + Sync + Sized {
     /// recorded for it, if any.
     const FLAT: bool = false;
 
+    /// Whether other owners share this value's storage: a handle such as a
+    /// candle `Var`, which a model and an optimizer hold too. A load never
+    /// replaces such a value. It reads every tensor of the file first, then
+    /// writes each into its variable's value with [`assign`](Self::assign),
+    /// so every owner sees the loaded elements and a failed read changes
+    /// nothing. `false` by default.
+    const SHARED: bool = false;
+
     /// The element type. O(1).
     fn dtype(&self) -> Dtype;
 
@@ -48,6 +56,42 @@ pub trait Checkpointable: Any + Send + Sync + Sized {
     /// memory already has that layout (every numeric type on a little-endian
     /// machine), else a copy. O(1) or O(len).
     fn le_bytes(&self) -> Cow<'_, [u8]>;
+
+    /// The elements as little-endian bytes, or an error when they cannot be
+    /// read (a tensor on a device that fails to copy to the host). Saves call
+    /// this; the default returns [`le_bytes`](Self::le_bytes). O(len).
+    ///
+    /// # Errors
+    /// [`Error::BadTensor`] naming what failed.
+    ///
+    /// ```
+    /// use scopetree::checkpoint::Checkpointable;
+    /// assert_eq!(vec![1_u8, 2].try_le_bytes()?.len(), 2);
+    /// # Ok::<(), scopetree::checkpoint::Error>(())
+    /// ```
+    fn try_le_bytes(&self) -> Result<Cow<'_, [u8]>, Error> {
+        Ok(self.le_bytes())
+    }
+
+    /// Writes the elements of `new` into this value in place. A load calls
+    /// it for [`SHARED`](Self::SHARED) types only, after checking that `new`
+    /// has this value's dtype and shape. The default replaces the value.
+    /// O(len).
+    ///
+    /// # Errors
+    /// [`Error::BadTensor`] if the value cannot take the elements.
+    ///
+    /// ```
+    /// use scopetree::checkpoint::Checkpointable;
+    /// let mut v = vec![0_u8; 2];
+    /// v.assign(vec![1, 2])?;
+    /// assert_eq!(v, [1, 2]);
+    /// # Ok::<(), scopetree::checkpoint::Error>(())
+    /// ```
+    fn assign(&mut self, new: Self) -> Result<(), Error> {
+        *self = new;
+        Ok(())
+    }
 
     /// Builds a value from `bytes` (little-endian, row-major) of `dtype` and
     /// `shape`. The load calls it only with a dtype equal to the value's own
@@ -473,7 +517,13 @@ pub(crate) type Old = Box<dyn Any + Send + Sync>;
 pub(crate) struct Codec {
     /// dtype, shape and flatness, without touching the bytes.
     pub(crate) meta: fn(&dyn Any) -> Option<Meta>,
-    pub(crate) parts: fn(&dyn Any) -> Option<Parts<'_>>,
+    pub(crate) parts: fn(&dyn Any) -> Option<Result<Parts<'_>, Error>>,
+    /// [`Checkpointable::SHARED`]: loads stage a new value, then assign it.
+    pub(crate) shared: bool,
+    /// Reads a new value without touching the tree (for shared types).
+    pub(crate) stage: fn(Source<'_>) -> Result<Old, Error>,
+    /// Writes a staged value into the variable's value in place.
+    pub(crate) assign: fn(&mut crate::ScopeTree, crate::VarId, Old) -> Result<(), Error>,
     /// Reads a value and puts it in the variable; returns the old value.
     pub(crate) read_into: ReadInto,
     /// Puts an old value back (undo).
@@ -506,14 +556,46 @@ fn meta_of<T: Checkpointable>(v: &dyn Any) -> Option<Meta> {
     Some((v.dtype(), v.shape().into_owned(), T::FLAT))
 }
 
-fn parts_of<T: Checkpointable>(v: &dyn Any) -> Option<Parts<'_>> {
+fn parts_of<T: Checkpointable>(v: &dyn Any) -> Option<Result<Parts<'_>, Error>> {
     let v = v.downcast_ref::<T>()?;
-    Some(Parts {
+    Some(v.try_le_bytes().map(|bytes| Parts {
         dtype: v.dtype(),
         shape: v.shape(),
         flat: T::FLAT,
-        bytes: v.le_bytes(),
-    })
+        bytes,
+    }))
+}
+
+/// Builds a value of `T` from a load's source.
+fn build<T: Checkpointable>(src: Source<'_>) -> Result<T, Error> {
+    match src {
+        Source::Reader {
+            dtype,
+            shape,
+            nbytes,
+            reader,
+        } => T::read_le(dtype, shape, nbytes, reader),
+        Source::Bytes {
+            dtype,
+            shape,
+            bytes,
+        } => T::from_le_bytes(dtype, shape, bytes),
+    }
+}
+
+fn stage<T: Checkpointable>(src: Source<'_>) -> Result<Old, Error> {
+    Ok(Box::new(build::<T>(src)?))
+}
+
+fn assign<T: Checkpointable>(
+    tree: &mut crate::ScopeTree,
+    var: crate::VarId,
+    new: Old,
+) -> Result<(), Error> {
+    let new = new.downcast::<T>().map_err(|_| Error::BadTensor {
+        reason: format!("a staged value is not a {}", type_name::<T>()),
+    })?;
+    tree.get_mut::<T>(var)?.assign(*new)
 }
 
 fn read_into<T: Checkpointable>(
@@ -543,19 +625,7 @@ fn read_into<T: Checkpointable>(
         }
         other => other,
     };
-    let value = match src {
-        Source::Reader {
-            dtype,
-            shape,
-            nbytes,
-            reader,
-        } => T::read_le(dtype, shape, nbytes, reader)?,
-        Source::Bytes {
-            dtype,
-            shape,
-            bytes,
-        } => T::from_le_bytes(dtype, shape, bytes)?,
-    };
+    let value = build::<T>(src)?;
     // An uninitialised variable is simply set (`replace` returns `None`);
     // the load checked beforehand that an initialised one holds a `T`.
     let old = tree.replace::<T>(var, value)?;
@@ -582,6 +652,9 @@ impl Codec {
             Self {
                 meta: meta_of::<T>,
                 parts: parts_of::<T>,
+                shared: T::SHARED,
+                stage: stage::<T>,
+                assign: assign::<T>,
                 read_into: read_into::<T>,
                 restore: restore::<T>,
             },

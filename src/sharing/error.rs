@@ -110,6 +110,23 @@ pub enum Error {
         /// The shape of the value made.
         found: String,
     },
+    /// A fallible initializer
+    /// ([`Initializer::try_with_shape`](crate::sharing::Initializer::try_with_shape))
+    /// failed. Nothing was created.
+    #[error(
+        "the initializer of variable `{name}` in scope `{}` failed: {source}; nothing was \
+         created",
+        ShowPath(scope)
+    )]
+    InitFailed {
+        /// The variable's name in its scope.
+        name: String,
+        /// Full name of the scope.
+        scope: String,
+        /// The initializer's error.
+        #[source]
+        source: crate::sharing::InitError,
+    },
     /// `get_variable` had to create a variable but found no initializer.
     #[error(
         "variable `{name}` in scope `{}` must be created but has no initializer for a `{}`; \

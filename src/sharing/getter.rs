@@ -457,7 +457,11 @@ fn create(
     };
     // The initializer runs before anything is created: if it panics, the
     // store is untouched.
-    let (shape, payload) = (init.make)(&dims);
+    let (shape, payload) = (init.make)(&dims).map_err(|source| Error::InitFailed {
+        name: short::name(leaf),
+        scope: short::path(scope_path),
+        source,
+    })?;
     if let Some(want) = &args.shape {
         if !want.is_compatible_with(&shape) {
             return Err(Error::InitShapeMismatch {

@@ -43,11 +43,75 @@ pub struct Initializer<T> {
     make: MakeFn<T>,
 }
 
-/// The closure behind an [`Initializer`]: shape in, value out.
-type MakeFn<T> = Arc<dyn Fn(&[usize]) -> T + Send + Sync>;
+/// The closure behind an [`Initializer`]: shape in, value (or failure) out.
+type MakeFn<T> = Arc<dyn Fn(&[usize]) -> Result<T, InitError> + Send + Sync>;
 
 /// The closure behind an [`ErasedInit`]: shape in, shape and boxed value out.
-type ErasedMakeFn = Arc<dyn Fn(&[usize]) -> (Shape, Box<dyn Payload>) + Send + Sync>;
+type ErasedMakeFn =
+    Arc<dyn Fn(&[usize]) -> Result<(Shape, Box<dyn Payload>), InitError> + Send + Sync>;
+
+/// Why a fallible initializer ([`Initializer::try_with_shape`]) made no
+/// value: the closure's own error, shared so that the sharing
+/// [`Error`](crate::sharing::Error) stays `Clone`. Two `InitError`s are
+/// equal when they hold the same error object.
+///
+/// ```
+/// use scopetree::sharing::InitError;
+/// let e = InitError::new("device out of memory");
+/// assert_eq!(e.to_string(), "device out of memory");
+/// assert_eq!(e.clone(), e);
+/// ```
+#[derive(Clone)]
+pub struct InitError(Arc<dyn std::error::Error + Send + Sync>);
+
+impl InitError {
+    /// Wraps an error (or a message). O(1).
+    ///
+    /// ```
+    /// let e = scopetree::sharing::InitError::new(std::io::Error::other("no"));
+    /// assert_eq!(e.to_string(), "no");
+    /// ```
+    pub fn new(err: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        InitError(Arc::from(err.into()))
+    }
+
+    /// The closure's error, for downcasting. O(1).
+    ///
+    /// ```
+    /// let e = scopetree::sharing::InitError::new(std::io::Error::other("no"));
+    /// assert!(e.inner().downcast_ref::<std::io::Error>().is_some());
+    /// ```
+    pub fn inner(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl PartialEq for InitError {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for InitError {}
+
+impl fmt::Debug for InitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("InitError").field(&self.0).finish()
+    }
+}
+
+/// The closure's message, cut to a bounded length.
+impl fmt::Display for InitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&crate::short::path(&self.0.to_string()))
+    }
+}
+
+impl std::error::Error for InitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
 
 impl<T> Clone for Initializer<T> {
     fn clone(&self) -> Self {
@@ -85,7 +149,7 @@ impl<T: Send + Sync + 'static> Initializer<T> {
     {
         Initializer {
             kind: InitKind::Constant,
-            make: Arc::new(move |_: &[usize]| value.clone()),
+            make: Arc::new(move |_: &[usize]| Ok(value.clone())),
         }
     }
 
@@ -104,7 +168,7 @@ impl<T: Send + Sync + 'static> Initializer<T> {
     pub fn from_fn(f: impl Fn() -> T + Send + Sync + 'static) -> Self {
         Initializer {
             kind: InitKind::NoArgs,
-            make: Arc::new(move |_: &[usize]| f()),
+            make: Arc::new(move |_: &[usize]| Ok(f())),
         }
     }
 
@@ -124,19 +188,52 @@ impl<T: Send + Sync + 'static> Initializer<T> {
     pub fn with_shape(f: impl Fn(&[usize]) -> T + Send + Sync + 'static) -> Self {
         Initializer {
             kind: InitKind::Shaped,
-            make: Arc::new(f),
+            make: Arc::new(move |shape: &[usize]| Ok(f(shape))),
+        }
+    }
+
+    /// A closure given the spec's shape that may fail (a tensor library's
+    /// constructor, which can run out of device memory): as
+    /// [`with_shape`](Self::with_shape), and an error makes `get_variable`
+    /// fail with [`Error::InitFailed`](crate::sharing::Error::InitFailed),
+    /// creating nothing. O(1).
+    ///
+    /// ```
+    /// use scopetree::sharing::{Error, Initializer, VariableStore, VarSpec};
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// let init = Initializer::try_with_shape(|s: &[usize]| {
+    ///     if s[0] > 4 { Err("too large") } else { Ok(vec![0_u8; s[0]]) }
+    /// });
+    /// let err = store.get_variable(&root, VarSpec::new("v").shape([9]).initializer(init)).unwrap_err();
+    /// assert!(matches!(err, Error::InitFailed { .. }));
+    /// assert_eq!(store.variable("v")?, None);
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn try_with_shape<E>(f: impl Fn(&[usize]) -> Result<T, E> + Send + Sync + 'static) -> Self
+    where
+        E: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        Initializer {
+            kind: InitKind::Shaped,
+            make: Arc::new(move |shape: &[usize]| f(shape).map_err(InitError::new)),
         }
     }
 
     /// Makes one value, for a fully defined `shape` (ignored unless this is a
     /// shape-taking initializer). O(cost of the closure).
     ///
+    /// # Errors
+    /// The closure's error, for an initializer made with
+    /// [`try_with_shape`](Self::try_with_shape).
+    ///
     /// ```
     /// use scopetree::sharing::Initializer;
     /// let init = Initializer::with_shape(|s: &[usize]| vec![1_u8; s[0]]);
-    /// assert_eq!(init.make(&[2]), vec![1, 1]);
+    /// assert_eq!(init.make(&[2])?, vec![1, 1]);
+    /// # Ok::<(), scopetree::sharing::InitError>(())
     /// ```
-    pub fn make(&self, shape: &[usize]) -> T {
+    pub fn make(&self, shape: &[usize]) -> Result<T, InitError> {
         (self.make)(shape)
     }
 
@@ -154,9 +251,9 @@ impl<T: Send + Sync + 'static> Initializer<T> {
         ErasedInit {
             kind: self.kind,
             make: Arc::new(move |shape: &[usize]| {
-                let value = make(shape);
+                let value = make(shape)?;
                 let s = value.shape();
-                (s, Box::new(value) as Box<dyn Payload>)
+                Ok((s, Box::new(value) as Box<dyn Payload>))
             }),
         }
     }

@@ -56,7 +56,7 @@ pub use chain::{CustomGetter, GetterArgs, NextGetter};
 pub use collections::{GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES};
 pub use error::Error;
 pub use getter::VarSpec;
-pub use init::Initializer;
+pub use init::{InitError, Initializer};
 pub use reuse::Reuse;
 pub use scope::{ScopeOpts, VarScope};
 pub use shape::{HasShape, Shape};

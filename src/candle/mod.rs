@@ -1,0 +1,36 @@
+//! scopetree as the variable store behind candle-nn's
+//! [`VarBuilder`](candle_nn::VarBuilder) (feature `candle`).
+//!
+//! [`CandleStore`] implements candle-nn's `SimpleBackend`, so
+//! `store.var_builder(dtype, &device)` builds any candle-nn model with its
+//! parameters in the tree: `gru.weight_ih_l0` is the variable
+//! `weight_ih_l0` of the scope `gru`. See `docs/candle.md` for the mapping
+//! from `VarMap` calls.
+//!
+//! | file | holds |
+//! |---|---|
+//! | `store` | [`CandleStore`] and its `SimpleBackend` implementation |
+//! | `var` | a candle `Var` as a tree value: its shape, its checkpoint bytes |
+//! | `error` | [`Error`], this layer's errors |
+//!
+//! ```
+//! use candle_core::{DType, Device, Module, Tensor};
+//! use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+//! use scopetree::candle::CandleStore;
+//!
+//! let store = CandleStore::new();
+//! let vb = store.var_builder(DType::F32, &Device::Cpu);
+//! let model = candle_nn::linear(3, 1, vb.pp("fc"))?;
+//! let mut opt = AdamW::new(store.trainable_vars("")?, ParamsAdamW::default())?;
+//! let x = Tensor::ones((4, 3), DType::F32, &Device::Cpu)?;
+//! let loss = model.forward(&x)?.sqr()?.mean_all()?;
+//! opt.backward_step(&loss)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod error;
+mod store;
+mod var;
+
+pub use error::Error;
+pub use store::CandleStore;

@@ -1,0 +1,658 @@
+//! [`CandleStore`]: a clonable handle to a [`VariableStore`] of candle
+//! `Var`s, and its `SimpleBackend` implementation for `VarBuilder`.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use candle_core::{DType, Device, Shape, Tensor, Var};
+use candle_nn::var_builder::SimpleBackend;
+use candle_nn::{Init, VarBuilder};
+use rustc_hash::FxHashSet;
+
+use super::error::Error;
+use super::var::var_codec;
+use crate::checkpoint::{self, LoadOptions, LoadReport, SaveOptions, SaveReport, Separator};
+use crate::sharing::{Initializer, VarSpec, VariableStore};
+
+/// The store's state behind its lock.
+#[derive(Debug, Default)]
+struct Inner {
+    store: VariableStore,
+    /// Freeze rules, `(prefix, frozen)`; the longest matching prefix wins.
+    rules: Vec<(String, bool)>,
+    sealed: bool,
+    /// Dotted names the backend has handed out.
+    asked: FxHashSet<String>,
+}
+
+impl Inner {
+    fn is_frozen(&self, name: &str) -> bool {
+        self.rules
+            .iter()
+            .filter(|(p, _)| within(name, p))
+            .max_by_key(|(p, _)| p.len())
+            .is_some_and(|&(_, f)| f)
+    }
+
+    /// Every `Var` of the tree with its dotted name, sorted by name.
+    fn named(&self) -> Vec<(String, Var)> {
+        let tree = self.store.tree();
+        let Ok(walked) = checkpoint::walk(tree, tree.root(), Separator::Dot, None) else {
+            return Vec::new();
+        };
+        walked
+            .vars
+            .into_iter()
+            .filter_map(|(k, v)| tree.get::<Var>(v).ok().map(|var| (k, var.clone())))
+            .collect()
+    }
+
+    /// Whether the variable at `path` was created trainable (variables a
+    /// load created count as trainable).
+    fn created_trainable(&self, dotted: &str) -> bool {
+        let Ok(Some(id)) = self.store.variable(&dotted.replace('.', "/")) else {
+            return false;
+        };
+        self.store.is_trainable(id).ok().flatten().unwrap_or(true)
+    }
+}
+
+/// Whether the dotted `name` is `prefix` or below it (`""` is everything):
+/// whole components only, so `gru` selects `gru.w` but not `gru2.w`.
+fn within(name: &str, prefix: &str) -> bool {
+    prefix.is_empty()
+        || name == prefix
+        || (name.starts_with(prefix) && name.as_bytes().get(prefix.len()) == Some(&b'.'))
+}
+
+/// A candle name as a tree path (`a.b.c` → `a/b/c`).
+fn to_path(name: &str) -> Result<String, Error> {
+    let reason = if name.is_empty() {
+        Some("it is empty")
+    } else if name.contains('/') {
+        Some("it contains `/`, which the tree uses between scopes")
+    } else if name.split('.').any(str::is_empty) {
+        Some("it has an empty component")
+    } else {
+        None
+    };
+    match reason {
+        Some(reason) => Err(Error::InvalidName {
+            name: name.to_owned(),
+            reason,
+        }),
+        None => Ok(name.replace('.', "/")),
+    }
+}
+
+/// A checked prefix (`""` for everything).
+fn check_prefix(prefix: &str) -> Result<(), Error> {
+    if prefix.is_empty() {
+        Ok(())
+    } else {
+        to_path(prefix).map(drop)
+    }
+}
+
+/// scopetree as the variable store behind candle-nn's
+/// [`VarBuilder`]: a clonable handle (one `Arc`) to a
+/// [`VariableStore`] whose variables hold candle [`Var`]s, named by candle's
+/// dotted paths (`gru.weight_ih_l0` is the variable `weight_ih_l0` of the
+/// scope `gru`).
+///
+/// What it adds to candle's `VarMap`:
+/// - get-or-create that checks shape, **dtype and device** on reuse, with an
+///   error naming both sides, and never converts;
+/// - a sealed mode, in which an unknown name is an error instead of a
+///   variable of zeros (candle #699);
+/// - variables in a deterministic order (by name), for the whole store, a
+///   prefix or a collection, ready for `AdamW::new`;
+/// - freezing by prefix (candle #2323);
+/// - strict, atomic checkpoints in candle's own format and names, which
+///   can be loaded before the model is built (candle #1469).
+///
+/// ```
+/// use candle_core::{DType, Device, Module, Tensor};
+/// use scopetree::candle::CandleStore;
+/// let store = CandleStore::new();
+/// let vb = store.var_builder(DType::F32, &Device::Cpu);
+/// let lin = candle_nn::linear(4, 2, vb.pp("head"))?;
+/// let y = lin.forward(&Tensor::zeros((1, 4), DType::F32, &Device::Cpu)?)?;
+/// assert_eq!(y.dims(), &[1, 2]);
+/// assert_eq!(store.names(), ["head.bias", "head.weight"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct CandleStore {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl CandleStore {
+    /// An empty store, unsealed, nothing frozen. O(1).
+    ///
+    /// ```
+    /// assert!(scopetree::candle::CandleStore::new().names().is_empty());
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A store over an existing [`VariableStore`] (its `Var`s become the
+    /// candle variables). O(1).
+    ///
+    /// ```
+    /// use scopetree::{candle::CandleStore, sharing::VariableStore};
+    /// let store = CandleStore::from_store(VariableStore::new());
+    /// assert!(store.names().is_empty());
+    /// ```
+    pub fn from_store(store: VariableStore) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Inner {
+                store,
+                ..Inner::default()
+            })),
+        }
+    }
+
+    /// The lock; a panic inside an earlier call left the store consistent
+    /// (the sharing layer undoes a panicking call), so a poisoned lock is
+    /// taken over.
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A [`VarBuilder`] whose variables live in this store. candle-nn's
+    /// layers (`linear`, `embedding`, `conv1d`, `conv2d`, `layer_norm`,
+    /// `gru`, `lstm`, …) take it. O(1).
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// let store = scopetree::candle::CandleStore::new();
+    /// let vb = store.var_builder(DType::F32, &Device::Cpu);
+    /// candle_nn::embedding(10, 4, vb.pp("emb"))?;
+    /// assert_eq!(store.names(), ["emb.weight"]);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    pub fn var_builder(&self, dtype: DType, device: &Device) -> VarBuilder<'static> {
+        VarBuilder::from_backend(Box::new(self.clone()), dtype, device.clone())
+    }
+
+    /// Runs `f` on the underlying [`VariableStore`]: the sharing API,
+    /// collections, deletion and renaming. O(1) plus `f`.
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// let store = scopetree::candle::CandleStore::new();
+    /// candle_nn::linear(2, 2, store.var_builder(DType::F32, &Device::Cpu).pp("old"))?;
+    /// store.with_store(|s| {
+    ///     let old = s.tree().kid(s.tree().root(), "old")?.expect("built");
+    ///     s.delete_scope(old)
+    /// })?;
+    /// assert!(store.names().is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_store<R>(&self, f: impl FnOnce(&mut VariableStore) -> R) -> R {
+        f(&mut self.lock().store)
+    }
+
+    /// Gets the variable `name` (dotted) or creates it with `init`: the
+    /// backend of [`VarBuilder::get`]. On reuse the shape, dtype and device
+    /// must be the variable's own. Returns the `Var`'s own tensor, so
+    /// gradients reach it, or a detached copy of it when the name is
+    /// frozen. O(name length) to find a variable; creating adds `init`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`]; [`Error::ShapeMismatch`],
+    /// [`Error::DtypeMismatch`], [`Error::DeviceMismatch`] or
+    /// [`Error::NotAVar`] on reuse; [`Error::Sealed`] for an unknown name of
+    /// a sealed store; [`Error::Sharing`] wrapping
+    /// [`InitFailed`](crate::sharing::Error::InitFailed) when `init`
+    /// fails. The store is unchanged after an error.
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// use scopetree::candle::{CandleStore, Error};
+    /// let store = CandleStore::new();
+    /// let w = store.get((2, 2), "w", candle_nn::Init::Const(1.0), DType::F32, &Device::Cpu)?;
+    /// assert_eq!(w.sum_all()?.to_scalar::<f32>()?, 4.0);
+    /// let err = store.get((2, 2), "w", candle_nn::Init::Const(1.0), DType::F64, &Device::Cpu).unwrap_err();
+    /// assert!(matches!(err, Error::DtypeMismatch { .. }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn get(
+        &self,
+        shape: impl Into<Shape>,
+        name: &str,
+        init: Init,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Tensor, Error> {
+        let shape: Shape = shape.into();
+        let path = to_path(name)?;
+        let mut inner = self.lock();
+        if let Some(var) = existing(&inner, &path, name)? {
+            check_reuse(&var, name, shape.dims(), dtype, device)?;
+            return Ok(hand_out(&mut inner, name, &var));
+        }
+        if inner.sealed {
+            return Err(Error::Sealed {
+                name: name.to_owned(),
+            });
+        }
+        let trainable = !inner.is_frozen(name);
+        let dev = device.clone();
+        let spec = VarSpec::new(&path)
+            .shape(shape.dims())
+            .trainable(trainable)
+            .initializer(Initializer::try_with_shape(move |s: &[usize]| {
+                init.var(s, dtype, &dev)
+            }));
+        let root = inner.store.root_scope();
+        let id = inner.store.get_variable(&root, spec)?;
+        let var = inner
+            .store
+            .tree()
+            .get::<Var>(id)
+            .map_err(crate::sharing::Error::from)?;
+        let var = var.clone();
+        Ok(hand_out(&mut inner, name, &var))
+    }
+
+    /// The variable `name` (dotted) as a `Var`, or `None`. O(name length).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`]; [`Error::NotAVar`] if the name holds another
+    /// value.
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// let store = scopetree::candle::CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
+    /// assert_eq!(store.var("fc.weight")?.expect("built").dims(), &[2, 3]);
+    /// assert!(store.var("fc.nope")?.is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn var(&self, name: &str) -> Result<Option<Var>, Error> {
+        let path = to_path(name)?;
+        existing(&self.lock(), &path, name)
+    }
+
+    /// The dotted names of every `Var`, sorted. O(variables × depth).
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// let store = scopetree::candle::CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
+    /// assert_eq!(store.names(), ["fc.bias", "fc.weight"]);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    pub fn names(&self) -> Vec<String> {
+        self.lock().named().into_iter().map(|(k, _)| k).collect()
+    }
+
+    /// Every `Var` with its dotted name, sorted by name. O(variables ×
+    /// depth).
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// let store = scopetree::candle::CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
+    /// assert_eq!(store.named_vars()[1].1.dims(), &[2, 3]);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    pub fn named_vars(&self) -> Vec<(String, Var)> {
+        self.lock().named()
+    }
+
+    /// Every `Var`, by name: candle's `VarMap::all_vars` in a deterministic
+    /// order. O(variables × depth).
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// let store = scopetree::candle::CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu))?;
+    /// assert_eq!(store.all_vars().len(), 2);
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    pub fn all_vars(&self) -> Vec<Var> {
+        self.lock().named().into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// The trainable `Var`s at or below `prefix` (`""` for all), by name:
+    /// not frozen, and not created non-trainable through the sharing layer.
+    /// Hand them to `AdamW::new`; one call per prefix gives parameter
+    /// groups. O(variables × depth).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for a malformed prefix.
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// let store = scopetree::candle::CandleStore::new();
+    /// let vb = store.var_builder(DType::F32, &Device::Cpu);
+    /// candle_nn::linear(3, 2, vb.pp("enc"))?;
+    /// candle_nn::linear(2, 2, vb.pp("dec"))?;
+    /// assert_eq!(store.trainable_vars("enc")?.len(), 2);
+    /// store.freeze("enc")?;
+    /// assert_eq!(store.trainable_vars("")?.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn trainable_vars(&self, prefix: &str) -> Result<Vec<Var>, Error> {
+        check_prefix(prefix)?;
+        let inner = self.lock();
+        Ok(inner
+            .named()
+            .into_iter()
+            .filter(|(k, _)| within(k, prefix) && !inner.is_frozen(k))
+            .filter(|(k, _)| inner.created_trainable(k))
+            .map(|(_, v)| v)
+            .collect())
+    }
+
+    /// The trainable `Var`s of the sharing collection `collection`, by
+    /// name. O(members × depth).
+    ///
+    /// # Errors
+    /// [`Error::Sharing`] from the collection listing.
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// use scopetree::sharing::TRAINABLE_VARIABLES;
+    /// let store = scopetree::candle::CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu))?;
+    /// assert_eq!(store.trainable_vars_in(TRAINABLE_VARIABLES)?.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn trainable_vars_in(&self, collection: &str) -> Result<Vec<Var>, Error> {
+        let inner = self.lock();
+        let mut members = inner.store.collection(collection, None)?;
+        members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Ok(members
+            .into_iter()
+            .filter_map(|(path, id)| {
+                let dotted = path.replace('/', ".");
+                let var = inner.store.tree().get::<Var>(id).ok()?;
+                (!inner.is_frozen(&dotted) && inner.created_trainable(&dotted)).then(|| var.clone())
+            })
+            .collect())
+    }
+
+    /// Freezes every variable at or below `prefix`, present and future:
+    /// `get` hands out a detached tensor for it (so a model built afterwards
+    /// computes no gradient for it), and [`trainable_vars`](Self::trainable_vars)
+    /// leaves it out (so an optimizer built afterwards never changes it).
+    /// A model built *before* the freeze still holds the variable itself:
+    /// rebuild the optimizer from `trainable_vars`. O(rules).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for a malformed prefix.
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// let store = scopetree::candle::CandleStore::new();
+    /// store.freeze("emb")?;
+    /// candle_nn::embedding(5, 2, store.var_builder(DType::F32, &Device::Cpu).pp("emb"))?;
+    /// assert!(store.is_frozen("emb.weight"));
+    /// assert!(store.trainable_vars("")?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn freeze(&self, prefix: &str) -> Result<(), Error> {
+        self.set_rule(prefix, true)
+    }
+
+    /// Undoes [`freeze`](Self::freeze) at or below `prefix` (a freeze of a
+    /// wider prefix still holds elsewhere). O(rules).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] for a malformed prefix.
+    ///
+    /// ```
+    /// let store = scopetree::candle::CandleStore::new();
+    /// store.freeze("enc")?;
+    /// store.unfreeze("enc.head")?;
+    /// assert!(store.is_frozen("enc.body.w"));
+    /// assert!(!store.is_frozen("enc.head.w"));
+    /// # Ok::<(), scopetree::candle::Error>(())
+    /// ```
+    pub fn unfreeze(&self, prefix: &str) -> Result<(), Error> {
+        self.set_rule(prefix, false)
+    }
+
+    fn set_rule(&self, prefix: &str, frozen: bool) -> Result<(), Error> {
+        check_prefix(prefix)?;
+        let mut inner = self.lock();
+        inner.rules.retain(|(p, _)| !within(p, prefix));
+        if inner.is_frozen(prefix) != frozen {
+            inner.rules.push((prefix.to_owned(), frozen));
+        }
+        Ok(())
+    }
+
+    /// Whether the dotted `name` is frozen. O(rules).
+    ///
+    /// ```
+    /// let store = scopetree::candle::CandleStore::new();
+    /// store.freeze("a")?;
+    /// assert!(store.is_frozen("a.w") && !store.is_frozen("ab.w"));
+    /// # Ok::<(), scopetree::candle::Error>(())
+    /// ```
+    pub fn is_frozen(&self, name: &str) -> bool {
+        self.lock().is_frozen(name)
+    }
+
+    /// Seals the store: from now on a `get` of an unknown name is
+    /// [`Error::Sealed`] instead of a new variable. Seal after loading a
+    /// checkpoint, so that a misspelt layer name fails instead of training
+    /// from zeros. O(1).
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// let store = scopetree::candle::CandleStore::new();
+    /// store.seal();
+    /// assert!(candle_nn::linear(2, 2, store.var_builder(DType::F32, &Device::Cpu)).is_err());
+    /// assert!(store.names().is_empty());
+    /// ```
+    pub fn seal(&self) {
+        self.lock().sealed = true;
+    }
+
+    /// Lets the store create variables again. O(1).
+    ///
+    /// ```
+    /// let store = scopetree::candle::CandleStore::new();
+    /// store.seal();
+    /// store.unseal();
+    /// assert!(!store.is_sealed());
+    /// ```
+    pub fn unseal(&self) {
+        self.lock().sealed = false;
+    }
+
+    /// Whether the store is sealed. O(1).
+    ///
+    /// ```
+    /// assert!(!scopetree::candle::CandleStore::new().is_sealed());
+    /// ```
+    pub fn is_sealed(&self) -> bool {
+        self.lock().sealed
+    }
+
+    /// The variables no model has asked for through this store (a load
+    /// created them, or the sharing API did), by name: after loading a
+    /// checkpoint and building the model, the names the model never used.
+    /// O(variables × depth).
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// let store = scopetree::candle::CandleStore::new();
+    /// candle_nn::linear(2, 2, store.var_builder(DType::F32, &Device::Cpu))?;
+    /// assert!(store.unused().is_empty());
+    /// # Ok::<(), candle_core::Error>(())
+    /// ```
+    pub fn unused(&self) -> Vec<String> {
+        let inner = self.lock();
+        inner
+            .named()
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| !inner.asked.contains(k))
+            .collect()
+    }
+
+    /// Saves every variable to `path` as safetensors with candle's dotted
+    /// names: the file `VarMap::save` writes for the same variables, byte
+    /// for byte, written atomically (a temporary file renamed into place).
+    /// O(variables × depth + bytes written).
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`]: a tensor that cannot be copied to the host, or
+    /// the write failing (nothing is left at `path` then).
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("st-doc-cs-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// use candle_core::{DType, Device};
+    /// let store = scopetree::candle::CandleStore::new();
+    /// candle_nn::linear(2, 2, store.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
+    /// let report = store.save(dir.join("fc.safetensors"))?;
+    /// assert_eq!(report.keys, ["fc.bias", "fc.weight"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<SaveReport, Error> {
+        let opts = SaveOptions::new()
+            .separator(Separator::Dot)
+            .with_type::<Var>();
+        Ok(checkpoint::save_store(&self.lock().store, path, &opts)?)
+    }
+
+    /// Loads `path` (dotted names, as candle writes them): strict and atomic
+    /// by default, as [`checkpoint::load`]. Loaded values are written into
+    /// the existing `Var`s, so a model already built sees them. With
+    /// [`LoadOptions::create`] the variables the file names are created (on
+    /// the CPU) before the model is built; the model's `get`s then reuse
+    /// them, checked. The separator of `opts` is ignored (always `.`).
+    /// O(header + variables × depth + bytes read); memory: the file's
+    /// tensors are read in full before any is assigned.
+    ///
+    /// # Errors
+    /// [`Error::Checkpoint`] with every missing, unexpected and mismatched
+    /// name in one [`Mismatch`](checkpoint::Error::Mismatch); the store is
+    /// unchanged after any error.
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("st-doc-cl-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, checkpoint::LoadOptions};
+    /// let trained = CandleStore::new();
+    /// candle_nn::linear(2, 2, trained.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
+    /// trained.save(dir.join("fc.safetensors"))?;
+    ///
+    /// let fresh = CandleStore::new();
+    /// fresh.load(dir.join("fc.safetensors"), &LoadOptions::new().create(true))?;
+    /// fresh.seal();
+    /// candle_nn::linear(2, 2, fresh.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
+    /// assert!(fresh.unused().is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn load(&self, path: impl AsRef<Path>, opts: &LoadOptions) -> Result<LoadReport, Error> {
+        let mut opts = opts.clone().separator(Separator::Dot).with_type::<Var>();
+        opts.create_with = Some(var_codec);
+        Ok(checkpoint::load_store(&mut self.lock().store, path, &opts)?)
+    }
+}
+
+/// The `Var` at `path`, if any.
+fn existing(inner: &Inner, path: &str, name: &str) -> Result<Option<Var>, Error> {
+    let Some(id) = inner.store.variable(path)? else {
+        return Ok(None);
+    };
+    let tree = inner.store.tree();
+    match tree.get::<Var>(id) {
+        Ok(v) => Ok(Some(v.clone())),
+        Err(_) => Err(Error::NotAVar {
+            name: name.to_owned(),
+            holds: tree
+                .type_name(id)
+                .map_err(crate::sharing::Error::from)?
+                .unwrap_or("nothing"),
+        }),
+    }
+}
+
+/// The checks a `get` makes of an existing variable.
+fn check_reuse(
+    var: &Var,
+    name: &str,
+    dims: &[usize],
+    dtype: DType,
+    device: &Device,
+) -> Result<(), Error> {
+    if var.dims() != dims {
+        return Err(Error::ShapeMismatch {
+            name: name.to_owned(),
+            asked: dims.to_vec(),
+            found: var.dims().to_vec(),
+        });
+    }
+    if var.dtype() != dtype {
+        return Err(Error::DtypeMismatch {
+            name: name.to_owned(),
+            asked: dtype,
+            found: var.dtype(),
+        });
+    }
+    if !var.device().same_device(device) {
+        return Err(Error::DeviceMismatch {
+            name: name.to_owned(),
+            asked: format!("{:?}", device.location()),
+            found: format!("{:?}", var.device().location()),
+        });
+    }
+    Ok(())
+}
+
+/// The tensor `get` returns: the `Var`'s own, or a detached one if frozen.
+fn hand_out(inner: &mut Inner, name: &str, var: &Var) -> Tensor {
+    if !inner.asked.contains(name) {
+        inner.asked.insert(name.to_owned());
+    }
+    if inner.is_frozen(name) {
+        var.as_detached_tensor()
+    } else {
+        var.as_tensor().clone()
+    }
+}
+
+/// The backend `VarBuilder` calls: [`CandleStore::get`], with errors
+/// wrapped in `candle_core::Error`.
+impl SimpleBackend for CandleStore {
+    fn get(
+        &self,
+        s: Shape,
+        name: &str,
+        h: Init,
+        dtype: DType,
+        dev: &Device,
+    ) -> candle_core::Result<Tensor> {
+        Ok(CandleStore::get(self, s, name, h, dtype, dev)?)
+    }
+
+    /// An existing variable of any shape, checked for dtype and device.
+    fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
+        let path = to_path(name)?;
+        let mut inner = self.lock();
+        let Some(var) = existing(&inner, &path, name)? else {
+            return Err(Error::Missing {
+                name: name.to_owned(),
+            }
+            .into());
+        };
+        check_reuse(&var, name, var.dims(), dtype, dev)?;
+        Ok(hand_out(&mut inner, name, &var))
+    }
+
+    fn contains_tensor(&self, name: &str) -> bool {
+        self.var(name).is_ok_and(|v| v.is_some())
+    }
+}
