@@ -1,0 +1,665 @@
+//! `CandleStore` as the variable store behind candle-nn's `VarBuilder`
+//! (issue 11): every layer the issue lists builds with its parameters in the
+//! tree under their dotted names; reuse is checked (shape, dtype) and never
+//! converts; a sealed store refuses unknown names instead of making zeros;
+//! names the tree cannot hold are refused; freezing keeps gradients and
+//! optimizer steps off a prefix; failed calls change nothing.
+
+use candle_core::{DType, Device, Module, Tensor, Var};
+use candle_nn::rnn::{GRUConfig, LSTMConfig, RNN};
+use candle_nn::{
+    AdamW, Conv1dConfig, Conv2dConfig, Init, Optimizer, ParamsAdamW, VarBuilder, VarMap,
+};
+use scopetree::candle::{CandleStore, Error};
+use scopetree::checkpoint::LoadOptions;
+use scopetree::sharing::{self, Initializer, TRAINABLE_VARIABLES, VarSpec};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+const CPU: Device = Device::Cpu;
+
+fn vb(store: &CandleStore) -> VarBuilder<'static> {
+    store.var_builder(DType::F32, &CPU)
+}
+
+/// Every variable's name, dtype, shape and element bits (all test variables
+/// are F32).
+fn snapshot(store: &CandleStore) -> Vec<(String, DType, Vec<usize>, Vec<u32>)> {
+    store
+        .named_vars()
+        .into_iter()
+        .map(|(k, v)| {
+            let bits = v
+                .flatten_all()
+                .and_then(|t| t.to_vec1::<f32>())
+                .expect("an F32 variable")
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
+            (k, v.dtype(), v.dims().to_vec(), bits)
+        })
+        .collect()
+}
+
+/// The element bits of an F32 tensor.
+fn bits(t: &Tensor) -> Vec<u32> {
+    t.flatten_all()
+        .and_then(|t| t.to_vec1::<f32>())
+        .expect("an F32 tensor")
+        .iter()
+        .map(|x| x.to_bits())
+        .collect()
+}
+
+/// The store's `Var` called `name` (it must exist).
+fn var(store: &CandleStore, name: &str) -> Var {
+    store
+        .var(name)
+        .expect("a valid name")
+        .unwrap_or_else(|| panic!("no variable {name}"))
+}
+
+/// The names of `vars`, found by tensor identity among the store's.
+fn names_of(store: &CandleStore, vars: &[Var]) -> Vec<String> {
+    let named = store.named_vars();
+    vars.iter()
+        .map(|v| {
+            named
+                .iter()
+                .find(|(_, n)| n.as_tensor().id() == v.as_tensor().id())
+                .map(|(k, _)| k.clone())
+                .expect("a var of the store")
+        })
+        .collect()
+}
+
+fn strings(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// Every layer the issue lists, built through one `VarBuilder`.
+struct Zoo {
+    lin: candle_nn::Linear,
+    emb: candle_nn::Embedding,
+    c1: candle_nn::Conv1d,
+    c2: candle_nn::Conv2d,
+    ln: candle_nn::LayerNorm,
+    gru: candle_nn::GRU,
+    lstm: candle_nn::LSTM,
+}
+
+impl Zoo {
+    fn build(vb: &VarBuilder) -> candle_core::Result<Self> {
+        Ok(Self {
+            lin: candle_nn::linear(4, 3, vb.pp("enc").pp("lin"))?,
+            emb: candle_nn::embedding(10, 4, vb.pp("emb"))?,
+            c1: candle_nn::conv1d(2, 3, 5, Conv1dConfig::default(), vb.pp("c1"))?,
+            c2: candle_nn::conv2d(2, 3, 3, Conv2dConfig::default(), vb.pp("c2"))?,
+            ln: candle_nn::layer_norm(4, 1e-5, vb.pp("ln"))?,
+            gru: candle_nn::gru(4, 5, GRUConfig::default(), vb.pp("gru"))?,
+            lstm: candle_nn::lstm(4, 6, LSTMConfig::default(), vb.pp("lstm"))?,
+        })
+    }
+
+    /// A scalar that depends on every parameter.
+    fn loss(&self) -> candle_core::Result<Tensor> {
+        let x = Tensor::arange(0f32, 8., &CPU)?
+            .reshape((2, 4))?
+            .affine(0.1, -0.3)?;
+        let xt = Tensor::arange(0f32, 8., &CPU)?
+            .reshape((4, 2))?
+            .affine(0.2, -0.1)?
+            .t()?;
+        assert!(!xt.is_contiguous());
+        let ids = Tensor::new(&[[1u32, 7, 3], [0, 9, 2]], &CPU)?;
+        let seq = self.emb.forward(&ids)?; // (2, 3, 4)
+        let mut terms = vec![
+            self.lin.forward(&x)?.sqr()?.sum_all()?,
+            // candle-nn's fused layer norm (taken for a contiguous input)
+            // has no backward pass; a transposed input takes the plain one.
+            self.ln.forward(&xt)?.affine(1.0, 0.5)?.sqr()?.sum_all()?,
+        ];
+        let s1 = Tensor::arange(0f32, 16., &CPU)?
+            .reshape((1, 2, 8))?
+            .affine(0.05, -0.2)?;
+        terms.push(self.c1.forward(&s1)?.sqr()?.sum_all()?);
+        let s2 = Tensor::arange(0f32, 50., &CPU)?
+            .reshape((1, 2, 5, 5))?
+            .affine(0.02, -0.4)?;
+        terms.push(self.c2.forward(&s2)?.sqr()?.sum_all()?);
+        let g = self.gru.seq(&seq)?;
+        terms.push(g.last().expect("3 steps").h().sqr()?.sum_all()?);
+        let l = self.lstm.seq(&seq)?;
+        terms.push(l.last().expect("3 steps").h().sqr()?.sum_all()?);
+        Tensor::stack(&terms, 0)?.sum_all()
+    }
+}
+
+/// Every name and shape of the zoo.
+fn zoo_names() -> Vec<(&'static str, Vec<usize>)> {
+    vec![
+        ("c1.bias", vec![3]),
+        ("c1.weight", vec![3, 2, 5]),
+        ("c2.bias", vec![3]),
+        ("c2.weight", vec![3, 2, 3, 3]),
+        ("emb.weight", vec![10, 4]),
+        ("enc.lin.bias", vec![3]),
+        ("enc.lin.weight", vec![3, 4]),
+        ("gru.bias_hh_l0", vec![15]),
+        ("gru.bias_ih_l0", vec![15]),
+        ("gru.weight_hh_l0", vec![15, 5]),
+        ("gru.weight_ih_l0", vec![15, 4]),
+        ("ln.bias", vec![4]),
+        ("ln.weight", vec![4]),
+        ("lstm.bias_hh_l0", vec![24]),
+        ("lstm.bias_ih_l0", vec![24]),
+        ("lstm.weight_hh_l0", vec![24, 6]),
+        ("lstm.weight_ih_l0", vec![24, 4]),
+    ]
+}
+
+// ----- building ---------------------------------------------------------------
+
+#[test]
+fn every_layer_builds_with_dotted_names_and_shapes() -> R {
+    let store = CandleStore::new();
+    Zoo::build(&vb(&store))?;
+    let want = zoo_names();
+    let names: Vec<&str> = want.iter().map(|(n, _)| *n).collect();
+    assert_eq!(store.names(), names);
+    for (name, shape) in &want {
+        let v = var(&store, name);
+        assert_eq!(v.dims(), shape.as_slice(), "{name}");
+        assert_eq!(v.dtype(), DType::F32, "{name}");
+    }
+    // The layers' `Init` hints were used to create: layer norm's weight is
+    // ones and its bias zeros, the GRU's biases zeros.
+    assert_eq!(bits(&var(&store, "ln.weight")), vec![1f32.to_bits(); 4]);
+    assert_eq!(bits(&var(&store, "ln.bias")), vec![0f32.to_bits(); 4]);
+    assert_eq!(
+        bits(&var(&store, "gru.bias_ih_l0")),
+        vec![0f32.to_bits(); 15]
+    );
+    // Random hints give values that are not all zero.
+    assert!(bits(&var(&store, "emb.weight")).iter().any(|&b| b != 0));
+    Ok(())
+}
+
+#[test]
+fn the_model_holds_the_var_itself_so_every_var_gets_a_gradient() -> R {
+    let store = CandleStore::new();
+    let zoo = Zoo::build(&vb(&store))?;
+    // The tensor a layer holds is the Var's own tensor (same id).
+    assert_eq!(
+        zoo.lin.weight().id(),
+        var(&store, "enc.lin.weight").as_tensor().id()
+    );
+    assert_eq!(
+        zoo.emb.embeddings().id(),
+        var(&store, "emb.weight").as_tensor().id()
+    );
+    let grads = zoo.loss()?.backward()?;
+    for (name, shape) in zoo_names() {
+        let v = var(&store, name);
+        let g = grads
+            .get(v.as_tensor())
+            .unwrap_or_else(|| panic!("no gradient for {name}"));
+        assert_eq!(g.dims(), shape.as_slice(), "{name}");
+    }
+    Ok(())
+}
+
+// ----- reuse ------------------------------------------------------------------
+
+#[test]
+fn building_again_reuses_the_same_storage() -> R {
+    let store = CandleStore::new();
+    let first = Zoo::build(&vb(&store))?;
+    let before = snapshot(&store);
+    let second = Zoo::build(&vb(&store))?;
+    assert_eq!(snapshot(&store), before, "no new names, values unchanged");
+    // The same tensor: same id, and a write through the Var shows in both.
+    assert_eq!(second.lin.weight().id(), first.lin.weight().id());
+    let w = var(&store, "enc.lin.weight");
+    w.set(&Tensor::full(0.25f32, (3, 4), &CPU)?)?;
+    assert_eq!(bits(second.lin.weight()), vec![0.25f32.to_bits(); 12]);
+    assert_eq!(bits(first.lin.weight()), vec![0.25f32.to_bits(); 12]);
+    assert_eq!(store.names().len(), 17);
+    Ok(())
+}
+
+#[test]
+fn shape_mismatch_on_reuse_names_both_shapes_and_changes_nothing() -> R {
+    let store = CandleStore::new();
+    candle_nn::linear(4, 3, vb(&store).pp("lin"))?;
+    let before = snapshot(&store);
+
+    let err = store
+        .get((3, 5), "lin.weight", Init::Const(0.), DType::F32, &CPU)
+        .unwrap_err();
+    match err {
+        Error::ShapeMismatch { name, asked, found } => {
+            assert_eq!(name, "lin.weight");
+            assert_eq!(asked, [3, 5]);
+            assert_eq!(found, [3, 4]);
+        }
+        other => panic!("expected ShapeMismatch, got {other:?}"),
+    }
+    assert_eq!(snapshot(&store), before);
+
+    // Through VarBuilder: a candle error with the same message.
+    let err = candle_nn::linear(5, 3, vb(&store).pp("lin")).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("lin.weight") && msg.contains("[3, 4]") && msg.contains("[3, 5]"),
+        "{msg}"
+    );
+    assert_eq!(snapshot(&store), before);
+    Ok(())
+}
+
+#[test]
+fn dtype_mismatch_on_reuse_is_an_error_never_a_conversion() -> R {
+    let store = CandleStore::new();
+    candle_nn::linear(4, 3, vb(&store).pp("lin"))?;
+    let before = snapshot(&store);
+
+    let err = store
+        .get((3, 4), "lin.weight", Init::Const(0.), DType::F64, &CPU)
+        .unwrap_err();
+    match err {
+        Error::DtypeMismatch { name, asked, found } => {
+            assert_eq!(name, "lin.weight");
+            assert_eq!(asked, DType::F64);
+            assert_eq!(found, DType::F32);
+        }
+        other => panic!("expected DtypeMismatch, got {other:?}"),
+    }
+    assert_eq!(snapshot(&store), before);
+
+    // The whole layer through an F64 builder: refused, the Vars stay F32.
+    let f64_vb = store.var_builder(DType::F64, &CPU);
+    let err = candle_nn::linear(4, 3, f64_vb.pp("lin")).unwrap_err();
+    assert!(err.to_string().contains("F64"), "{err}");
+    assert_eq!(snapshot(&store), before);
+    assert_eq!(var(&store, "lin.bias").dtype(), DType::F32);
+    Ok(())
+}
+
+// ----- sealed mode ------------------------------------------------------------
+
+#[test]
+fn a_sealed_store_refuses_unknown_names_and_reuses_known_ones() -> R {
+    let store = CandleStore::new();
+    let first = candle_nn::linear(4, 3, vb(&store).pp("lin"))?;
+    store.seal();
+    assert!(store.is_sealed());
+    let before = snapshot(&store);
+
+    // Known names still build, and hand out the same tensors.
+    let again = candle_nn::linear(4, 3, vb(&store).pp("lin"))?;
+    assert_eq!(again.weight().id(), first.weight().id());
+
+    // An unknown name: `Error::Sealed`, nothing created.
+    let err = store
+        .get(3, "head.bias", Init::Const(0.), DType::F32, &CPU)
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Sealed { ref name } if name == "head.bias"),
+        "{err:?}"
+    );
+    // Through VarBuilder: a candle error that says "sealed".
+    let err = candle_nn::linear(3, 2, vb(&store).pp("head")).unwrap_err();
+    assert!(err.to_string().contains("sealed"), "{err}");
+    // A name without a hint is refused too (VarMap would make zeros).
+    let err = vb(&store).get((2, 3), "nohint").unwrap_err();
+    assert!(err.to_string().contains("sealed"), "{err}");
+    assert_eq!(snapshot(&store), before);
+
+    // unseal() lets the store create again.
+    store.unseal();
+    assert!(!store.is_sealed());
+    candle_nn::linear(3, 2, vb(&store).pp("head"))?;
+    assert_eq!(
+        store.names(),
+        ["head.bias", "head.weight", "lin.bias", "lin.weight"]
+    );
+    Ok(())
+}
+
+#[test]
+fn varmap_makes_zeros_for_a_name_without_hint_where_a_sealed_store_errs() -> R {
+    // candle #699: `vb.get` passes `Init::Const(0.)`, so a misspelt name on
+    // a VarMap silently becomes a variable of zeros.
+    let varmap = VarMap::new();
+    let vm_vb = VarBuilder::from_varmap(&varmap, DType::F32, &CPU);
+    candle_nn::linear(4, 3, vm_vb.pp("lin"))?;
+    let zeros = vm_vb.pp("lin").get((3, 4), "wieght")?;
+    assert_eq!(bits(&zeros), vec![0u32; 12]);
+    assert!(
+        varmap
+            .data()
+            .lock()
+            .expect("lock")
+            .contains_key("lin.wieght")
+    );
+
+    // The same typo on a sealed scopetree store is an error.
+    let store = CandleStore::new();
+    candle_nn::linear(4, 3, vb(&store).pp("lin"))?;
+    store.seal();
+    let err = vb(&store).pp("lin").get((3, 4), "wieght").unwrap_err();
+    assert!(err.to_string().contains("sealed"), "{err}");
+    assert_eq!(store.names(), ["lin.bias", "lin.weight"]);
+    assert!(store.var("lin.wieght")?.is_none());
+    Ok(())
+}
+
+// ----- names the tree cannot hold -------------------------------------------
+
+#[test]
+fn names_with_a_slash_or_an_empty_component_are_refused() -> R {
+    let store = CandleStore::new();
+    candle_nn::linear(2, 2, vb(&store).pp("ok"))?;
+    let before = snapshot(&store);
+    for (name, reason) in [
+        ("a/b", "it contains `/`, which the tree uses between scopes"),
+        ("a..b", "it has an empty component"),
+        (".a", "it has an empty component"),
+        ("a.", "it has an empty component"),
+        ("", "it is empty"),
+    ] {
+        let err = store
+            .get(2, name, Init::Const(1.), DType::F32, &CPU)
+            .unwrap_err();
+        match err {
+            Error::InvalidName { name: n, reason: r } => {
+                assert_eq!(n, name);
+                assert_eq!(r, reason, "{name:?}");
+            }
+            other => panic!("{name:?}: expected InvalidName, got {other:?}"),
+        }
+        assert!(matches!(store.var(name), Err(Error::InvalidName { .. })));
+        assert_eq!(snapshot(&store), before, "{name:?}");
+    }
+    // Through VarBuilder: a prefix with a slash.
+    let err = candle_nn::linear(2, 2, vb(&store).pp("x/y")).unwrap_err();
+    assert!(err.to_string().contains("x/y"), "{err}");
+    assert_eq!(snapshot(&store), before);
+    Ok(())
+}
+
+// ----- freezing ---------------------------------------------------------------
+
+/// A small sequence model: emb → gru → out.
+struct Tiny {
+    emb: candle_nn::Embedding,
+    gru: candle_nn::GRU,
+    out: candle_nn::Linear,
+}
+
+impl Tiny {
+    fn build(vb: &VarBuilder) -> candle_core::Result<Self> {
+        Ok(Self {
+            emb: candle_nn::embedding(8, 4, vb.pp("emb"))?,
+            gru: candle_nn::gru(4, 5, GRUConfig::default(), vb.pp("gru"))?,
+            out: candle_nn::linear(5, 8, vb.pp("out"))?,
+        })
+    }
+
+    fn loss(&self) -> candle_core::Result<Tensor> {
+        let ids = Tensor::new(&[[1u32, 2, 3, 4], [7, 6, 5, 0]], &CPU)?;
+        let targets = Tensor::new(&[2u32, 3, 4, 5, 6, 5, 0, 1], &CPU)?;
+        let states = self.gru.seq(&self.emb.forward(&ids)?)?;
+        let hs: Vec<Tensor> = states.iter().map(|s| s.h().clone()).collect();
+        let h = Tensor::stack(&hs, 1)?; // (2, 4, 5)
+        let logits = self.out.forward(&h)?.reshape((8, 8))?;
+        candle_nn::loss::cross_entropy(&logits, &targets)
+    }
+}
+
+const TINY: [&str; 7] = [
+    "emb.weight",
+    "gru.bias_hh_l0",
+    "gru.bias_ih_l0",
+    "gru.weight_hh_l0",
+    "gru.weight_ih_l0",
+    "out.bias",
+    "out.weight",
+];
+
+#[test]
+fn a_frozen_prefix_gets_no_gradient_and_does_not_move() -> R {
+    let store = CandleStore::new();
+    store.freeze("emb")?;
+    let model = Tiny::build(&vb(&store))?;
+    assert_eq!(store.names(), TINY);
+    assert!(store.is_frozen("emb.weight"));
+    assert_eq!(names_of(&store, &store.trainable_vars("")?), &TINY[1..]);
+
+    let emb = var(&store, "emb.weight");
+    let grads = model.loss()?.backward()?;
+    assert!(grads.get(emb.as_tensor()).is_none());
+    for name in &TINY[1..] {
+        assert!(grads.get(var(&store, name).as_tensor()).is_some(), "{name}");
+    }
+
+    let before = snapshot(&store);
+    let mut opt = AdamW::new(store.trainable_vars("")?, ParamsAdamW::default())?;
+    opt.step(&grads)?;
+    let after = snapshot(&store);
+    for (b, a) in before.iter().zip(&after) {
+        assert_eq!(a.0, b.0);
+        if a.0 == "emb.weight" {
+            assert_eq!(a.3, b.3, "the frozen emb.weight moved");
+        } else {
+            assert_ne!(a.3, b.3, "{} did not move", a.0);
+        }
+    }
+    // The frozen model still sees the (unchanged) embedding's storage.
+    assert_eq!(bits(model.emb.embeddings()), before[0].3);
+    Ok(())
+}
+
+#[test]
+fn unfreeze_and_trainable_lists() -> R {
+    let store = CandleStore::new();
+    Tiny::build(&vb(&store))?;
+    store.freeze("gru")?;
+    assert_eq!(
+        names_of(&store, &store.trainable_vars("")?),
+        ["emb.weight", "out.bias", "out.weight"]
+    );
+    assert!(store.trainable_vars("gru")?.is_empty());
+    // Unfreezing one variable below a frozen prefix.
+    store.unfreeze("gru.bias_hh_l0")?;
+    assert!(!store.is_frozen("gru.bias_hh_l0"));
+    assert!(store.is_frozen("gru.bias_ih_l0"));
+    assert_eq!(
+        names_of(&store, &store.trainable_vars("gru")?),
+        ["gru.bias_hh_l0"]
+    );
+    // Unfreezing the prefix: everything trainable again.
+    store.unfreeze("gru")?;
+    assert!(!store.is_frozen("gru.bias_ih_l0"));
+    assert_eq!(names_of(&store, &store.trainable_vars("")?), TINY);
+    // A model built now gets the Var's own tensor again (a gradient).
+    let model = Tiny::build(&vb(&store))?;
+    let grads = model.loss()?.backward()?;
+    assert!(
+        grads
+            .get(var(&store, "gru.weight_ih_l0").as_tensor())
+            .is_some()
+    );
+    // A malformed prefix is refused.
+    assert!(matches!(
+        store.freeze("a/b"),
+        Err(Error::InvalidName { .. })
+    ));
+    assert!(matches!(
+        store.trainable_vars("a..b"),
+        Err(Error::InvalidName { .. })
+    ));
+    Ok(())
+}
+
+#[test]
+fn prefixes_are_whole_components_and_lists_are_sorted_by_name() -> R {
+    let store = CandleStore::new();
+    let v = vb(&store);
+    // Built in an order that is not the name order.
+    candle_nn::gru(3, 2, GRUConfig::default(), v.pp("gru2"))?;
+    candle_nn::linear(2, 2, v.pp("b"))?;
+    candle_nn::gru(3, 2, GRUConfig::default(), v.pp("gru"))?;
+    candle_nn::linear(2, 2, v.pp("a"))?;
+    let all = strings(&[
+        "a.bias",
+        "a.weight",
+        "b.bias",
+        "b.weight",
+        "gru.bias_hh_l0",
+        "gru.bias_ih_l0",
+        "gru.weight_hh_l0",
+        "gru.weight_ih_l0",
+        "gru2.bias_hh_l0",
+        "gru2.bias_ih_l0",
+        "gru2.weight_hh_l0",
+        "gru2.weight_ih_l0",
+    ]);
+    assert_eq!(store.names(), all);
+    assert_eq!(names_of(&store, &store.trainable_vars("")?), all);
+    assert_eq!(
+        names_of(&store, &store.trainable_vars_in(TRAINABLE_VARIABLES)?),
+        all
+    );
+    // `gru` selects gru.* and not gru2.*.
+    assert_eq!(names_of(&store, &store.trainable_vars("gru")?), all[4..8]);
+    assert_eq!(names_of(&store, &store.trainable_vars("gru2")?), all[8..]);
+    assert_eq!(
+        names_of(&store, &store.trainable_vars("a.weight")?),
+        ["a.weight"]
+    );
+
+    store.freeze("gru")?;
+    assert!(store.is_frozen("gru.weight_ih_l0"));
+    assert!(!store.is_frozen("gru2.weight_ih_l0"));
+    let mut rest = all[..4].to_vec();
+    rest.extend_from_slice(&all[8..]);
+    assert_eq!(names_of(&store, &store.trainable_vars("")?), rest);
+    assert_eq!(
+        names_of(&store, &store.trainable_vars_in(TRAINABLE_VARIABLES)?),
+        rest
+    );
+    assert_eq!(names_of(&store, &store.trainable_vars("gru2")?), all[8..]);
+    Ok(())
+}
+
+// ----- get_unchecked, contains_tensor ---------------------------------------------
+
+#[test]
+fn get_unchecked_and_contains_tensor() -> R {
+    let store = CandleStore::new();
+    candle_nn::linear(4, 3, vb(&store).pp("lin"))?;
+    let w = var(&store, "lin.weight");
+
+    let t = vb(&store).get_unchecked("lin.weight")?;
+    assert_eq!(t.id(), w.as_tensor().id());
+    assert_eq!(t.dims(), [3, 4]);
+    let t = vb(&store).pp("lin").get_unchecked("bias")?;
+    assert_eq!(t.id(), var(&store, "lin.bias").as_tensor().id());
+
+    let err = vb(&store).get_unchecked("lin.nope").unwrap_err();
+    assert!(err.to_string().contains("lin.nope"), "{err}");
+    // Checked for dtype all the same.
+    assert!(
+        vb(&store)
+            .get_unchecked_dtype("lin.weight", DType::F64)
+            .is_err()
+    );
+    assert_eq!(store.names(), ["lin.bias", "lin.weight"]);
+
+    assert!(vb(&store).contains_tensor("lin.weight"));
+    assert!(vb(&store).pp("lin").contains_tensor("bias"));
+    assert!(!vb(&store).contains_tensor("lin.nope"));
+    assert!(!vb(&store).contains_tensor("lin"));
+    assert!(!vb(&store).contains_tensor("a/b"));
+    Ok(())
+}
+
+// ----- failing initializers -------------------------------------------------------
+
+#[test]
+fn a_failing_initializer_is_init_failed_and_creates_nothing() -> R {
+    let store = CandleStore::new();
+    candle_nn::linear(2, 2, vb(&store).pp("ok"))?;
+    let before = snapshot(&store);
+
+    let res = store.with_store(|s| {
+        let root = s.root_scope();
+        let init = Initializer::try_with_shape(|_: &[usize]| -> Result<Var, &str> {
+            Err("device out of memory")
+        });
+        s.get_variable(&root, VarSpec::new("bad/w").shape([2]).initializer(init))
+    });
+    match res {
+        Err(sharing::Error::InitFailed {
+            name,
+            scope,
+            source,
+        }) => {
+            assert_eq!(name, "w");
+            assert_eq!(scope, "bad");
+            assert_eq!(source.to_string(), "device out of memory");
+        }
+        other => panic!("expected InitFailed, got {other:?}"),
+    }
+    assert_eq!(snapshot(&store), before);
+    assert!(store.var("bad.w")?.is_none());
+    let kid = store.with_store(|s| s.tree().kid(s.tree().root(), "bad"))?;
+    assert!(kid.is_none(), "the scope `bad` was left behind");
+
+    // candle's own initializer failing (a random init of an integer dtype)
+    // comes back through the same path.
+    let err = store
+        .get(
+            (2, 2),
+            "ints",
+            Init::Randn {
+                mean: 0.,
+                stdev: 1.,
+            },
+            DType::U32,
+            &CPU,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Sharing(sharing::Error::InitFailed { ref name, .. }) if name == "ints"),
+        "{err:?}"
+    );
+    assert_eq!(snapshot(&store), before);
+    Ok(())
+}
+
+// ----- unused -----------------------------------------------------------------------
+
+#[test]
+fn unused_lists_the_names_the_model_never_asked_for() -> R {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("with_extra.safetensors");
+    let trained = CandleStore::new();
+    Tiny::build(&vb(&trained))?;
+    trained.get(3, "extra", Init::Const(1.), DType::F32, &CPU)?;
+    assert!(trained.unused().is_empty());
+    trained.save(&path)?;
+
+    let fresh = CandleStore::new();
+    let report = fresh.load(&path, &LoadOptions::new().create(true))?;
+    let mut all = strings(&TINY);
+    all.insert(1, "extra".to_owned()); // sorted: after emb.weight
+    assert_eq!(report.created, all);
+    assert_eq!(fresh.unused(), all);
+    Tiny::build(&vb(&fresh))?;
+    assert_eq!(fresh.unused(), ["extra"]);
+    assert_eq!(fresh.names(), all);
+    Ok(())
+}
