@@ -1,0 +1,335 @@
+//! scopetree's `CandleStore` against candle-nn's `VarMap` as the store
+//! behind `VarBuilder`, in one run, each pair in one group so the medians sit
+//! side by side:
+//!
+//! - `candle_build/{varmap,scopetree}/d{64,8}`: building every parameter of a
+//!   small GPT-style transformer with candle-nn layers (`embedding`,
+//!   `layer_norm`, `linear`) on a fresh store, made in criterion's setup.
+//!   16 layers, 4 heads; `d64` has `d_model` 64, `d8` has `d_model` 8 so
+//!   that every tensor is tiny and the per-name cost (name joining, locking,
+//!   lookup, insertion) dominates the random initialisation.
+//! - `candle_step/{varmap,scopetree}`: one training step (forward, backward,
+//!   AdamW step) of the `d64` model built once through each store, both from
+//!   the same weights (the bench asserts bit-identical losses before and
+//!   after a first step). `varmap_again` repeats the `VarMap` step after
+//!   scopetree's, as a measure of the machine's drift.
+//! - `candle_save/{varmap,scopetree}` and `candle_load/{varmap,scopetree}`:
+//!   that model's parameters to a `.safetensors` file and back into the
+//!   built model (`VarMap::save`/`load`; `CandleStore::save`/`load`, strict
+//!   and atomic). The bench asserts that both files are byte-identical.
+//!
+//! Run: `cargo bench -p scopetree-peers --bench candle_store` (builds
+//! candle; not part of CI).
+
+use std::hint::black_box;
+use std::path::Path;
+
+use candle_core::{D, DType, Device, Module, Result, Tensor};
+use candle_nn::{AdamW, Embedding, LayerNorm, Linear, Optimizer, ParamsAdamW, VarBuilder, VarMap};
+use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
+use scopetree::candle::CandleStore;
+use scopetree::checkpoint::LoadOptions;
+
+/// The shape of the transformer.
+#[derive(Clone, Copy, Debug)]
+struct Config {
+    layers: usize,
+    d_model: usize,
+    heads: usize,
+    vocab: usize,
+    seq: usize,
+}
+
+const D64: Config = Config {
+    layers: 16,
+    d_model: 64,
+    heads: 4,
+    vocab: 64,
+    seq: 16,
+};
+
+const D8: Config = Config { d_model: 8, ..D64 };
+
+/// Sequences per training batch.
+const BATCH: usize = 4;
+
+/// One pre-norm transformer block: `ln1`, `attn.{q,k,v,o}`, `ln2`,
+/// `mlp.{fc,proj}`.
+struct Block {
+    ln1: LayerNorm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    ln2: LayerNorm,
+    fc: Linear,
+    proj: Linear,
+}
+
+/// `wte`, `wpe`, `h.{i}` blocks, `ln_f`, `head`.
+struct Gpt {
+    cfg: Config,
+    wte: Embedding,
+    wpe: Embedding,
+    blocks: Vec<Block>,
+    ln_f: LayerNorm,
+    head: Linear,
+}
+
+/// Tensors a model of `cfg` names: two embeddings, 16 per block, the final
+/// norm's two, the head's two.
+fn tensor_count(cfg: Config) -> usize {
+    2 + 16 * cfg.layers + 2 + 2
+}
+
+fn build(vb: &VarBuilder, cfg: Config) -> Result<Gpt> {
+    let d = cfg.d_model;
+    let wte = candle_nn::embedding(cfg.vocab, d, vb.pp("wte"))?;
+    let wpe = candle_nn::embedding(cfg.seq, d, vb.pp("wpe"))?;
+    let mut blocks = Vec::with_capacity(cfg.layers);
+    for i in 0..cfg.layers {
+        let b = vb.pp("h").pp(i);
+        let attn = b.pp("attn");
+        let mlp = b.pp("mlp");
+        blocks.push(Block {
+            ln1: candle_nn::layer_norm(d, 1e-5, b.pp("ln1"))?,
+            q: candle_nn::linear(d, d, attn.pp("q"))?,
+            k: candle_nn::linear(d, d, attn.pp("k"))?,
+            v: candle_nn::linear(d, d, attn.pp("v"))?,
+            o: candle_nn::linear(d, d, attn.pp("o"))?,
+            ln2: candle_nn::layer_norm(d, 1e-5, b.pp("ln2"))?,
+            fc: candle_nn::linear(d, 4 * d, mlp.pp("fc"))?,
+            proj: candle_nn::linear(4 * d, d, mlp.pp("proj"))?,
+        });
+    }
+    let ln_f = candle_nn::layer_norm(d, 1e-5, vb.pp("ln_f"))?;
+    let head = candle_nn::linear(d, cfg.vocab, vb.pp("head"))?;
+    Ok(Gpt {
+        cfg,
+        wte,
+        wpe,
+        blocks,
+        ln_f,
+        head,
+    })
+}
+
+/// Layer norm through candle's differentiable slow path: `LayerNorm`'s
+/// forward on a contiguous input is a custom op without a backward pass.
+fn norm(ln: &LayerNorm, x: &Tensor) -> Result<Tensor> {
+    let bias = ln.bias().expect("layer_norm has a bias");
+    candle_nn::ops::layer_norm_slow(x, ln.weight(), bias, 1e-5)
+}
+
+impl Gpt {
+    /// Logits `(batch, seq, vocab)` of tokens `x: (batch, seq)`; `mask` is
+    /// the causal mask `(seq, seq)`.
+    fn forward(&self, x: &Tensor, pos: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let (b, t) = x.dims2()?;
+        let (d, h) = (self.cfg.d_model, self.cfg.heads);
+        let hd = d / h;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut x = self
+            .wte
+            .forward(x)?
+            .broadcast_add(&self.wpe.forward(pos)?)?;
+        let heads = |y: Tensor| -> Result<Tensor> {
+            y.reshape((b, t, h, hd))?.transpose(1, 2)?.contiguous()
+        };
+        for blk in &self.blocks {
+            let a = norm(&blk.ln1, &x)?;
+            let q = heads(blk.q.forward(&a)?)?;
+            let k = heads(blk.k.forward(&a)?)?;
+            let v = heads(blk.v.forward(&a)?)?;
+            let att = (q.matmul(&k.t()?.contiguous()?)? * scale)?.broadcast_add(mask)?;
+            let att = candle_nn::ops::softmax(&att, D::Minus1)?;
+            let y = att.matmul(&v)?.transpose(1, 2)?.reshape((b, t, d))?;
+            x = (x + blk.o.forward(&y)?)?;
+            let m = norm(&blk.ln2, &x)?;
+            let m = blk.proj.forward(&blk.fc.forward(&m)?.gelu()?)?;
+            x = (x + m)?;
+        }
+        self.head.forward(&norm(&self.ln_f, &x)?)
+    }
+}
+
+/// A fixed batch: tokens, next tokens, positions and the causal mask.
+struct Batch {
+    x: Tensor,
+    y: Tensor,
+    pos: Tensor,
+    mask: Tensor,
+}
+
+fn batch(cfg: Config) -> Result<Batch> {
+    let dev = Device::Cpu;
+    let (t, v) = (cfg.seq, cfg.vocab);
+    let tokens: Vec<u32> = (0..BATCH * (t + 1))
+        .map(|i| ((i * 7 + i / 3) % v) as u32)
+        .collect();
+    let all = Tensor::from_vec(tokens, (BATCH, t + 1), &dev)?;
+    let mask: Vec<f32> = (0..t * t)
+        .map(|i| if i % t > i / t { -1e9 } else { 0.0 })
+        .collect();
+    Ok(Batch {
+        x: all.narrow(1, 0, t)?.contiguous()?,
+        y: all.narrow(1, 1, t)?.contiguous()?,
+        pos: Tensor::arange(0u32, t as u32, &dev)?,
+        mask: Tensor::from_vec(mask, (t, t), &dev)?,
+    })
+}
+
+fn loss(model: &Gpt, b: &Batch) -> Result<Tensor> {
+    let logits = model.forward(&b.x, &b.pos, &b.mask)?;
+    let n = BATCH * model.cfg.seq;
+    candle_nn::loss::cross_entropy(&logits.reshape((n, model.cfg.vocab))?, &b.y.flatten_all()?)
+}
+
+/// One training step; returns the loss before the update.
+fn step(model: &Gpt, opt: &mut AdamW, b: &Batch) -> Result<f32> {
+    let l = loss(model, b)?;
+    opt.backward_step(&l)?;
+    l.to_scalar::<f32>()
+}
+
+fn adamw(vars: Vec<candle_core::Var>) -> AdamW {
+    let params = ParamsAdamW {
+        lr: 1e-3,
+        ..ParamsAdamW::default()
+    };
+    AdamW::new(vars, params).expect("adamw")
+}
+
+fn varmap_model(cfg: Config) -> (VarMap, Gpt) {
+    let map = VarMap::new();
+    let model = build(
+        &VarBuilder::from_varmap(&map, DType::F32, &Device::Cpu),
+        cfg,
+    )
+    .unwrap();
+    (map, model)
+}
+
+fn scopetree_model(cfg: Config) -> (CandleStore, Gpt) {
+    let store = CandleStore::new();
+    let model = build(&store.var_builder(DType::F32, &Device::Cpu), cfg).unwrap();
+    (store, model)
+}
+
+fn build_bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("candle_build");
+    for (label, cfg) in [("d64", D64), ("d8", D8)] {
+        let (map, _) = varmap_model(cfg);
+        let (store, _) = scopetree_model(cfg);
+        let n = tensor_count(cfg);
+        assert_eq!(map.all_vars().len(), n);
+        assert_eq!(store.names().len(), n);
+        let params: usize = store.all_vars().iter().map(|v| v.elem_count()).sum();
+        println!(
+            "candle_store: {label}: {} layers, d_model {}: {n} tensors, {params} parameters",
+            cfg.layers, cfg.d_model
+        );
+        g.bench_function(BenchmarkId::new("varmap", label), |b| {
+            b.iter_batched(
+                VarMap::new,
+                |map| {
+                    let vb = VarBuilder::from_varmap(&map, DType::F32, &Device::Cpu);
+                    let model = build(&vb, black_box(cfg)).unwrap();
+                    (map, model)
+                },
+                BatchSize::SmallInput,
+            )
+        });
+        g.bench_function(BenchmarkId::new("scopetree", label), |b| {
+            b.iter_batched(
+                CandleStore::new,
+                |store| {
+                    let vb = store.var_builder(DType::F32, &Device::Cpu);
+                    let model = build(&vb, black_box(cfg)).unwrap();
+                    (store, model)
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    g.finish();
+}
+
+/// A scratch directory of this process.
+fn scratch() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("scopetree-candle-store-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The same `D64` model through both stores, from the same weights (built
+/// in scopetree, saved, loaded into the `VarMap`).
+fn twin_models(dir: &Path) -> (VarMap, Gpt, CandleStore, Gpt) {
+    let (store, ours) = scopetree_model(D64);
+    let (mut map, theirs) = varmap_model(D64);
+    let init = dir.join("init.safetensors");
+    store.save(&init).unwrap();
+    map.load(&init).unwrap();
+    (map, theirs, store, ours)
+}
+
+fn step_bench(c: &mut Criterion) {
+    let dir = scratch();
+    let (map, theirs, store, ours) = twin_models(&dir);
+    let b = batch(D64).unwrap();
+    let mut opt_v = adamw(map.all_vars());
+    let mut opt_s = adamw(store.trainable_vars("").unwrap());
+    // Same weights, same work: the losses agree bit for bit before and after
+    // a first step.
+    for _ in 0..2 {
+        let lv = step(&theirs, &mut opt_v, &b).unwrap();
+        let ls = step(&ours, &mut opt_s, &b).unwrap();
+        assert_eq!(lv.to_bits(), ls.to_bits());
+        assert!(lv.is_finite());
+    }
+
+    let mut g = c.benchmark_group("candle_step");
+    g.bench_function("varmap", |bn| {
+        bn.iter(|| step(&theirs, &mut opt_v, black_box(&b)).unwrap())
+    });
+    g.bench_function("scopetree", |bn| {
+        bn.iter(|| step(&ours, &mut opt_s, black_box(&b)).unwrap())
+    });
+    // The noise control (A/B/A): the VarMap step again, after scopetree's.
+    // The two steps do the same arithmetic on the same tensors, so a gap
+    // between `varmap` and `scopetree` no wider than the one between
+    // `varmap` and `varmap_again` is the machine, not the store.
+    g.bench_function("varmap_again", |bn| {
+        bn.iter(|| step(&theirs, &mut opt_v, black_box(&b)).unwrap())
+    });
+    g.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn checkpoint_bench(c: &mut Criterion) {
+    let dir = scratch();
+    let (mut map, _theirs, store, _ours) = twin_models(&dir);
+    let theirs_file = dir.join("varmap.safetensors");
+    let ours_file = dir.join("scopetree.safetensors");
+
+    let mut g = c.benchmark_group("candle_save");
+    g.bench_function("varmap", |b| b.iter(|| map.save(&theirs_file).unwrap()));
+    g.bench_function("scopetree", |b| b.iter(|| store.save(&ours_file).unwrap()));
+    g.finish();
+    assert_eq!(
+        std::fs::read(&ours_file).unwrap(),
+        std::fs::read(&theirs_file).unwrap()
+    );
+
+    let strict = LoadOptions::new();
+    let mut g = c.benchmark_group("candle_load");
+    g.bench_function("varmap", |b| b.iter(|| map.load(&theirs_file).unwrap()));
+    g.bench_function("scopetree", |b| {
+        b.iter(|| store.load(&ours_file, &strict).unwrap())
+    });
+    g.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+criterion_group!(benches, build_bench, step_bench, checkpoint_bench);
+criterion_main!(benches);
