@@ -252,6 +252,47 @@ fn load_before_build_creates_each_variable_once() -> R {
     Ok(())
 }
 
+#[test]
+fn an_f64_file_loaded_before_build_is_not_converted_for_an_f32_model() -> R {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("f64.safetensors");
+    let a = CandleStore::new();
+    Tiny::build(&a.var_builder(DType::F64, &CPU))?;
+    a.save(&path)?;
+
+    let b = CandleStore::new();
+    b.load(&path, &LoadOptions::new().create(true))?;
+    let err = Tiny::build(&vb(&b))
+        .err()
+        .expect("an F32 build over F64 vars");
+    assert!(
+        err.to_string().contains("holds F64, but F32 was asked for"),
+        "{err}"
+    );
+    assert_eq!(b.names(), NAMES);
+    for (name, v) in b.named_vars() {
+        assert_eq!(v.dtype(), DType::F64, "{name}");
+    }
+    // The direct call names both dtypes.
+    match b.get(
+        (8, 4),
+        "emb.weight",
+        candle_nn::Init::Const(0.),
+        DType::F32,
+        &CPU,
+    ) {
+        Err(Error::DtypeMismatch { name, asked, found }) => {
+            assert_eq!(name, "emb.weight");
+            assert_eq!((asked, found), (DType::F32, DType::F64));
+        }
+        other => panic!("expected DtypeMismatch, got {other:?}"),
+    }
+    // Built in F64, the model reuses every loaded variable.
+    Tiny::build(&b.var_builder(DType::F64, &CPU))?;
+    assert!(b.unused().is_empty());
+    Ok(())
+}
+
 // ----- strict loads that do not match --------------------------------------------
 
 /// Loads `path` strictly into `store` and checks the mismatch it reports,
