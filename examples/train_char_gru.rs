@@ -277,13 +277,13 @@ fn main() -> Res<()> {
     let vb = store.var_builder(DType::F32, &dev);
     let model = CharGru::new(&vb, vocab, a.embed, a.hidden)?;
     if a.resume.is_some() {
-        let unused = store.unused();
+        let unused = store.unused()?;
         if !unused.is_empty() {
             println!("names in the checkpoint the model never asked for: {unused:?}");
         }
     }
-    let names = store.names();
-    let params: usize = store.all_vars().iter().map(|v| v.elem_count()).sum();
+    let names = store.names()?;
+    let params: usize = store.all_vars()?.iter().map(|v| v.elem_count()).sum();
     println!(
         "model: {} tensors in the tree, {params} parameters: {}",
         names.len(),

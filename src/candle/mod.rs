@@ -34,3 +34,8 @@ mod var;
 
 pub use error::Error;
 pub use store::CandleStore;
+
+/// The code blocks of `docs/candle.md`, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/candle.md")]
+struct CandleDocDoctests;

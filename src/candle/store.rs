@@ -11,6 +11,7 @@ use rustc_hash::FxHashSet;
 
 use super::error::Error;
 use super::var::var_codec;
+use crate::VarId;
 use crate::checkpoint::{self, LoadOptions, LoadReport, SaveOptions, SaveReport, Separator};
 use crate::sharing::{Initializer, VarSpec, VariableStore};
 
@@ -21,8 +22,9 @@ struct Inner {
     /// Freeze rules, `(prefix, frozen)`; the longest matching prefix wins.
     rules: Vec<(String, bool)>,
     sealed: bool,
-    /// Dotted names the backend has handed out.
-    asked: FxHashSet<String>,
+    /// The variables the backend has handed out (a deleted and recreated
+    /// variable has a new handle, so it counts as not asked).
+    asked: FxHashSet<VarId>,
 }
 
 impl Inner {
@@ -34,26 +36,35 @@ impl Inner {
             .is_some_and(|&(_, f)| f)
     }
 
-    /// Every `Var` of the tree with its dotted name, sorted by name.
-    fn named(&self) -> Vec<(String, Var)> {
+    /// Every `Var` of the tree with its dotted name and handle, sorted by
+    /// name. A tree name with `.` in it (made through the sharing API)
+    /// would read as another path, so it is an error, as is a key two
+    /// variables share.
+    fn named(&self) -> Result<Vec<(String, VarId, Var)>, Error> {
         let tree = self.store.tree();
-        let Ok(walked) = checkpoint::walk(tree, tree.root(), Separator::Dot, None) else {
-            return Vec::new();
-        };
-        walked
-            .vars
-            .into_iter()
-            .filter_map(|(k, v)| tree.get::<Var>(v).ok().map(|var| (k, var.clone())))
-            .collect()
+        let walked = checkpoint::walk(tree, tree.root(), Separator::Dot, None)?;
+        let mut out = Vec::with_capacity(walked.vars.len());
+        for (k, v) in walked.vars {
+            let Ok(var) = tree.get::<Var>(v) else {
+                continue;
+            };
+            let path = tree.var_path(v).map_err(crate::sharing::Error::from)?;
+            if path.contains('.') {
+                return Err(Error::InvalidName {
+                    name: path,
+                    reason: "a scope or variable name of the tree contains `.`, which candle \
+                             reads as a scope separator; rename it",
+                });
+            }
+            out.push((k, v, var.clone()));
+        }
+        Ok(out)
     }
 
-    /// Whether the variable at `path` was created trainable (variables a
-    /// load created count as trainable).
-    fn created_trainable(&self, dotted: &str) -> bool {
-        let Ok(Some(id)) = self.store.variable(&dotted.replace('.', "/")) else {
-            return false;
-        };
-        self.store.is_trainable(id).ok().flatten().unwrap_or(true)
+    /// Whether `var` was created trainable (a variable the sharing layer
+    /// does not know counts as trainable).
+    fn created_trainable(&self, var: VarId) -> bool {
+        self.store.is_trainable(var).ok().flatten().unwrap_or(true)
     }
 }
 
@@ -119,7 +130,7 @@ fn check_prefix(prefix: &str) -> Result<(), Error> {
 /// let lin = candle_nn::linear(4, 2, vb.pp("head"))?;
 /// let y = lin.forward(&Tensor::zeros((1, 4), DType::F32, &Device::Cpu)?)?;
 /// assert_eq!(y.dims(), &[1, 2]);
-/// assert_eq!(store.names(), ["head.bias", "head.weight"]);
+/// assert_eq!(store.names()?, ["head.bias", "head.weight"]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug, Default)]
@@ -131,7 +142,8 @@ impl CandleStore {
     /// An empty store, unsealed, nothing frozen. O(1).
     ///
     /// ```
-    /// assert!(scopetree::candle::CandleStore::new().names().is_empty());
+    /// assert!(scopetree::candle::CandleStore::new().names()?.is_empty());
+    /// # Ok::<(), scopetree::candle::Error>(())
     /// ```
     pub fn new() -> Self {
         Self::default()
@@ -143,7 +155,8 @@ impl CandleStore {
     /// ```
     /// use scopetree::{candle::CandleStore, sharing::VariableStore};
     /// let store = CandleStore::from_store(VariableStore::new());
-    /// assert!(store.names().is_empty());
+    /// assert!(store.names()?.is_empty());
+    /// # Ok::<(), scopetree::candle::Error>(())
     /// ```
     pub fn from_store(store: VariableStore) -> Self {
         Self {
@@ -170,8 +183,8 @@ impl CandleStore {
     /// let store = scopetree::candle::CandleStore::new();
     /// let vb = store.var_builder(DType::F32, &Device::Cpu);
     /// candle_nn::embedding(10, 4, vb.pp("emb"))?;
-    /// assert_eq!(store.names(), ["emb.weight"]);
-    /// # Ok::<(), candle_core::Error>(())
+    /// assert_eq!(store.names()?, ["emb.weight"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn var_builder(&self, dtype: DType, device: &Device) -> VarBuilder<'static> {
         VarBuilder::from_backend(Box::new(self.clone()), dtype, device.clone())
@@ -188,7 +201,7 @@ impl CandleStore {
     ///     let old = s.tree().kid(s.tree().root(), "old")?.expect("built");
     ///     s.delete_scope(old)
     /// })?;
-    /// assert!(store.names().is_empty());
+    /// assert!(store.names()?.is_empty());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_store<R>(&self, f: impl FnOnce(&mut VariableStore) -> R) -> R {
@@ -230,9 +243,9 @@ impl CandleStore {
         let shape: Shape = shape.into();
         let path = to_path(name)?;
         let mut inner = self.lock();
-        if let Some(var) = existing(&inner, &path, name)? {
+        if let Some((id, var)) = existing(&inner, &path, name)? {
             check_reuse(&var, name, shape.dims(), dtype, device)?;
-            return Ok(hand_out(&mut inner, name, &var));
+            return Ok(hand_out(&mut inner, name, id, &var));
         }
         if inner.sealed {
             return Err(Error::Sealed {
@@ -255,7 +268,7 @@ impl CandleStore {
             .get::<Var>(id)
             .map_err(crate::sharing::Error::from)?;
         let var = var.clone();
-        Ok(hand_out(&mut inner, name, &var))
+        Ok(hand_out(&mut inner, name, id, &var))
     }
 
     /// The variable `name` (dotted) as a `Var`, or `None`. O(name length).
@@ -274,48 +287,65 @@ impl CandleStore {
     /// ```
     pub fn var(&self, name: &str) -> Result<Option<Var>, Error> {
         let path = to_path(name)?;
-        existing(&self.lock(), &path, name)
+        Ok(existing(&self.lock(), &path, name)?.map(|(_, v)| v))
     }
 
     /// The dotted names of every `Var`, sorted. O(variables × depth).
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`] if a tree name (made through
+    /// [`with_store`](Self::with_store)) contains `.`;
+    /// [`Error::Checkpoint`]([`KeyCollision`](checkpoint::Error::KeyCollision))
+    /// if two variables map to one dotted name.
     ///
     /// ```
     /// use candle_core::{DType, Device};
     /// let store = scopetree::candle::CandleStore::new();
     /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
-    /// assert_eq!(store.names(), ["fc.bias", "fc.weight"]);
-    /// # Ok::<(), candle_core::Error>(())
+    /// assert_eq!(store.names()?, ["fc.bias", "fc.weight"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn names(&self) -> Vec<String> {
-        self.lock().named().into_iter().map(|(k, _)| k).collect()
+    pub fn names(&self) -> Result<Vec<String>, Error> {
+        Ok(self.lock().named()?.into_iter().map(|(k, ..)| k).collect())
     }
 
     /// Every `Var` with its dotted name, sorted by name. O(variables ×
     /// depth).
     ///
+    /// # Errors
+    /// As [`names`](Self::names).
+    ///
     /// ```
     /// use candle_core::{DType, Device};
     /// let store = scopetree::candle::CandleStore::new();
     /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
-    /// assert_eq!(store.named_vars()[1].1.dims(), &[2, 3]);
-    /// # Ok::<(), candle_core::Error>(())
+    /// assert_eq!(store.named_vars()?[1].1.dims(), &[2, 3]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn named_vars(&self) -> Vec<(String, Var)> {
-        self.lock().named()
+    pub fn named_vars(&self) -> Result<Vec<(String, Var)>, Error> {
+        Ok(self
+            .lock()
+            .named()?
+            .into_iter()
+            .map(|(k, _, v)| (k, v))
+            .collect())
     }
 
     /// Every `Var`, by name: candle's `VarMap::all_vars` in a deterministic
     /// order. O(variables × depth).
     ///
+    /// # Errors
+    /// As [`names`](Self::names).
+    ///
     /// ```
     /// use candle_core::{DType, Device};
     /// let store = scopetree::candle::CandleStore::new();
     /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu))?;
-    /// assert_eq!(store.all_vars().len(), 2);
-    /// # Ok::<(), candle_core::Error>(())
+    /// assert_eq!(store.all_vars()?.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn all_vars(&self) -> Vec<Var> {
-        self.lock().named().into_iter().map(|(_, v)| v).collect()
+    pub fn all_vars(&self) -> Result<Vec<Var>, Error> {
+        Ok(self.lock().named()?.into_iter().map(|(.., v)| v).collect())
     }
 
     /// The trainable `Var`s at or below `prefix` (`""` for all), by name:
@@ -324,7 +354,8 @@ impl CandleStore {
     /// groups. O(variables × depth).
     ///
     /// # Errors
-    /// [`Error::InvalidName`] for a malformed prefix.
+    /// [`Error::InvalidName`] for a malformed prefix; as
+    /// [`names`](Self::names).
     ///
     /// ```
     /// use candle_core::{DType, Device};
@@ -341,11 +372,12 @@ impl CandleStore {
         check_prefix(prefix)?;
         let inner = self.lock();
         Ok(inner
-            .named()
+            .named()?
             .into_iter()
-            .filter(|(k, _)| within(k, prefix) && !inner.is_frozen(k))
-            .filter(|(k, _)| inner.created_trainable(k))
-            .map(|(_, v)| v)
+            .filter(|(k, id, _)| {
+                within(k, prefix) && !inner.is_frozen(k) && inner.created_trainable(*id)
+            })
+            .map(|(.., v)| v)
             .collect())
     }
 
@@ -372,7 +404,7 @@ impl CandleStore {
             .filter_map(|(path, id)| {
                 let dotted = path.replace('/', ".");
                 let var = inner.store.tree().get::<Var>(id).ok()?;
-                (!inner.is_frozen(&dotted) && inner.created_trainable(&dotted)).then(|| var.clone())
+                (!inner.is_frozen(&dotted) && inner.created_trainable(id)).then(|| var.clone())
             })
             .collect())
     }
@@ -450,7 +482,8 @@ impl CandleStore {
     /// let store = scopetree::candle::CandleStore::new();
     /// store.seal();
     /// assert!(candle_nn::linear(2, 2, store.var_builder(DType::F32, &Device::Cpu)).is_err());
-    /// assert!(store.names().is_empty());
+    /// assert!(store.names()?.is_empty());
+    /// # Ok::<(), scopetree::candle::Error>(())
     /// ```
     pub fn seal(&self) {
         self.lock().sealed = true;
@@ -482,21 +515,24 @@ impl CandleStore {
     /// checkpoint and building the model, the names the model never used.
     /// O(variables × depth).
     ///
+    /// # Errors
+    /// As [`names`](Self::names).
+    ///
     /// ```
     /// use candle_core::{DType, Device};
     /// let store = scopetree::candle::CandleStore::new();
     /// candle_nn::linear(2, 2, store.var_builder(DType::F32, &Device::Cpu))?;
-    /// assert!(store.unused().is_empty());
-    /// # Ok::<(), candle_core::Error>(())
+    /// assert!(store.unused()?.is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn unused(&self) -> Vec<String> {
+    pub fn unused(&self) -> Result<Vec<String>, Error> {
         let inner = self.lock();
-        inner
-            .named()
+        Ok(inner
+            .named()?
             .into_iter()
-            .map(|(k, _)| k)
-            .filter(|k| !inner.asked.contains(k))
-            .collect()
+            .filter(|(_, id, _)| !inner.asked.contains(id))
+            .map(|(k, ..)| k)
+            .collect())
     }
 
     /// Saves every variable to `path` as safetensors with candle's dotted
@@ -552,24 +588,40 @@ impl CandleStore {
     /// fresh.load(dir.join("fc.safetensors"), &LoadOptions::new().create(true))?;
     /// fresh.seal();
     /// candle_nn::linear(2, 2, fresh.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
-    /// assert!(fresh.unused().is_empty());
+    /// assert!(fresh.unused()?.is_empty());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn load(&self, path: impl AsRef<Path>, opts: &LoadOptions) -> Result<LoadReport, Error> {
         let mut opts = opts.clone().separator(Separator::Dot).with_type::<Var>();
         opts.create_with = Some(var_codec);
-        Ok(checkpoint::load_store(&mut self.lock().store, path, &opts)?)
+        let mut inner = self.lock();
+        let report = checkpoint::load_store(&mut inner.store, path, &opts)?;
+        // The variables the load made join the collections, as if the model
+        // had made them (trainable unless frozen).
+        for key in &report.created {
+            let path = key.replace('.', "/");
+            let Ok(Some(id)) = inner.store.variable(&path) else {
+                continue;
+            };
+            let Ok(var) = inner.store.tree().get::<Var>(id) else {
+                continue;
+            };
+            let shape = crate::sharing::Shape::new(var.dims().iter().copied());
+            let trainable = !inner.is_frozen(key);
+            inner.store.adopt(id, shape, trainable)?;
+        }
+        Ok(report)
     }
 }
 
-/// The `Var` at `path`, if any.
-fn existing(inner: &Inner, path: &str, name: &str) -> Result<Option<Var>, Error> {
+/// The `Var` at `path` with its handle, if any.
+fn existing(inner: &Inner, path: &str, name: &str) -> Result<Option<(VarId, Var)>, Error> {
     let Some(id) = inner.store.variable(path)? else {
         return Ok(None);
     };
     let tree = inner.store.tree();
     match tree.get::<Var>(id) {
-        Ok(v) => Ok(Some(v.clone())),
+        Ok(v) => Ok(Some((id, v.clone()))),
         Err(_) => Err(Error::NotAVar {
             name: name.to_owned(),
             holds: tree
@@ -613,10 +665,8 @@ fn check_reuse(
 }
 
 /// The tensor `get` returns: the `Var`'s own, or a detached one if frozen.
-fn hand_out(inner: &mut Inner, name: &str, var: &Var) -> Tensor {
-    if !inner.asked.contains(name) {
-        inner.asked.insert(name.to_owned());
-    }
+fn hand_out(inner: &mut Inner, name: &str, id: VarId, var: &Var) -> Tensor {
+    inner.asked.insert(id);
     if inner.is_frozen(name) {
         var.as_detached_tensor()
     } else {
@@ -642,14 +692,14 @@ impl SimpleBackend for CandleStore {
     fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
         let path = to_path(name)?;
         let mut inner = self.lock();
-        let Some(var) = existing(&inner, &path, name)? else {
+        let Some((id, var)) = existing(&inner, &path, name)? else {
             return Err(Error::Missing {
                 name: name.to_owned(),
             }
             .into());
         };
         check_reuse(&var, name, var.dims(), dtype, dev)?;
-        Ok(hand_out(&mut inner, name, &var))
+        Ok(hand_out(&mut inner, name, id, &var))
     }
 
     fn contains_tensor(&self, name: &str) -> bool {

@@ -75,10 +75,14 @@ fn host_bytes(t: &Tensor) -> candle_core::Result<Vec<u8>> {
 /// same storage, so a load writes into it with `Var::set` instead of
 /// replacing it. A `Var` a load creates lives on the CPU.
 ///
+/// With [`Checkpointable`] in scope, `var.dtype()` and `var.shape()` name
+/// the trait's methods (a `Var` is the receiver before it derefs to its
+/// `Tensor`); write `var.as_tensor().dtype()` for candle's.
+///
 /// ```
 /// use scopetree::checkpoint::{Checkpointable, Dtype};
 /// let v = candle_core::Var::ones((2, 2), candle_core::DType::F32, &candle_core::Device::Cpu)?;
-/// assert_eq!(v.dtype(), candle_core::DType::F32);
+/// assert_eq!(v.as_tensor().dtype(), candle_core::DType::F32);
 /// assert_eq!(Checkpointable::dtype(&v), Dtype::F32);
 /// assert_eq!(v.try_le_bytes()?.len(), 16);
 /// # Ok::<(), Box<dyn std::error::Error>>(())

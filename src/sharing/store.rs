@@ -738,6 +738,42 @@ impl VariableStore {
         );
     }
 
+    /// Records a tree variable made outside `get_variable` (a checkpoint
+    /// load's `create`) as if `get_variable` had made it with `shape`:
+    /// metadata, the full-name index, [`GLOBAL_VARIABLES`] and, when
+    /// `trainable`, [`TRAINABLE_VARIABLES`]. A variable the store already
+    /// knows is left as it is. O(depth + collections).
+    #[cfg(feature = "candle")]
+    pub(crate) fn adopt(&mut self, var: VarId, shape: Shape, trainable: bool) -> Result<(), Error> {
+        self.tree.var_slot(var)?;
+        if self.var_meta.contains_key(var.key) {
+            return Ok(());
+        }
+        let Some((owner, _)) = self.tree.var_place(var.key) else {
+            return Ok(());
+        };
+        let full = self.tree.var_path(var)?;
+        let leaf_at = full.rfind('/').map_or(0, |i| i + 1);
+        let type_id = self
+            .tree
+            .value_type_id(var.key)
+            .unwrap_or(TypeId::of::<()>());
+        let type_name = self.tree.type_name(var)?.unwrap_or("()");
+        let mut collections = vec![GLOBAL_VARIABLES.to_owned()];
+        if trainable {
+            collections.push(TRAINABLE_VARIABLES.to_owned());
+        }
+        self.record_new_var(
+            var.key,
+            owner,
+            &full,
+            leaf_at,
+            &collections,
+            (shape, trainable, type_id, type_name),
+        );
+        Ok(())
+    }
+
     // ----- collections ------------------------------------------------------
 
     /// All collection entries, dead ones included (for tests). O(collections).
