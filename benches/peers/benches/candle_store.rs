@@ -223,8 +223,13 @@ fn build_bench(c: &mut Criterion) {
         let (store, _) = scopetree_model(cfg);
         let n = tensor_count(cfg);
         assert_eq!(map.all_vars().len(), n);
-        assert_eq!(store.names().len(), n);
-        let params: usize = store.all_vars().iter().map(|v| v.elem_count()).sum();
+        assert_eq!(store.names().unwrap().len(), n);
+        let params: usize = store
+            .all_vars()
+            .unwrap()
+            .iter()
+            .map(|v| v.elem_count())
+            .sum();
         println!(
             "candle_store: {label}: {} layers, d_model {}: {n} tensors, {params} parameters",
             cfg.layers, cfg.d_model
