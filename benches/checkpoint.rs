@@ -3,17 +3,21 @@
 //! same run (the goal: at least 0.8x the raw throughput both ways).
 //!
 //! - `save`: `checkpoint::save` of the tree (temporary file + rename).
-//! - `raw_write`: `File::create` + `write_all` of each tensor's bytes.
-//! - `load`: a strict `checkpoint::load` into the built tree (rollback on,
-//!   the default) and with `rollback(false)`.
+//! - `raw_write`: `File::create` + `write_all` of each tensor's bytes over
+//!   the same file; `raw_write_atomic`: the same bytes written to a new
+//!   temporary file beside the target, renamed over it (what an atomic save
+//!   must do, with `std::fs`).
+//! - `load`: a strict `checkpoint::load` into the built tree (the default:
+//!   values that fit overwritten in place) and `load_rollback` with
+//!   `rollback(true)` (every tensor read into new memory first).
 //! - `raw_read`: `std::fs::read` of the same file (one fresh buffer), and
 //!   `raw_read_into`: `read_exact` of each tensor's bytes into 256 buffers
 //!   allocated once (no allocation or page fault in the loop: the fastest
 //!   a reader can be).
 //! - `raw_read_fresh_keep`: `read_exact` of each tensor's bytes into a fresh
 //!   buffer while the previous 256 buffers stay alive until the end, then
-//!   dropped: the allocation and page-fault pattern of an atomic load (the
-//!   like-with-like baseline for `load`).
+//!   dropped: the allocation and page-fault pattern of `rollback(true)`
+//!   (the like-with-like baseline for `load_rollback`).
 //!
 //! Size: `SCOPETREE_CKPT_MIB` MiB in all (default 1024). Under
 //! `cargo test --benches` (criterion's test mode: no `--bench` argument)
@@ -89,14 +93,21 @@ fn bench(c: &mut Criterion) {
         b.iter(|| checkpoint::save(&tree, tree.root(), &st, &SaveOptions::new()).unwrap())
     });
     g.bench_function("raw_write", |b| b.iter(|| raw_write(&tree, &vars, &raw)));
+    let tmp = dir.join("model.raw.tmp");
+    g.bench_function("raw_write_atomic", |b| {
+        b.iter(|| {
+            raw_write(&tree, &vars, &tmp);
+            std::fs::rename(&tmp, &raw).unwrap();
+        })
+    });
 
     let root = tree.root();
     g.bench_function("load", |b| {
         b.iter(|| checkpoint::load(&mut tree, root, &st, &LoadOptions::new()).unwrap())
     });
-    let streamed = LoadOptions::new().rollback(false);
-    g.bench_function("load_no_rollback", |b| {
-        b.iter(|| checkpoint::load(&mut tree, root, &st, &streamed).unwrap())
+    let staged = LoadOptions::new().rollback(true);
+    g.bench_function("load_rollback", |b| {
+        b.iter(|| checkpoint::load(&mut tree, root, &st, &staged).unwrap())
     });
     g.bench_function("raw_read", |b| {
         b.iter(|| black_box(std::fs::read(&raw).unwrap()))
@@ -111,9 +122,9 @@ fn bench(c: &mut Criterion) {
             black_box(&bufs);
         })
     });
-    // Like with like for the atomic load: the same bytes read with
+    // Like with like for `rollback(true)`: the same bytes read with
     // `std::fs` into one fresh buffer per tensor while the previous buffers
-    // stay alive, which are dropped at the end (the memory an atomic load
+    // stay alive, which are dropped at the end (the memory such a load
     // needs: the old values until the last tensor is read).
     let per = bytes / TENSORS;
     let mut held: Vec<Vec<u8>> = (0..TENSORS).map(|_| vec![1_u8; per]).collect();

@@ -3,11 +3,12 @@
 //! thread that makes them, so the tests of this file can run in parallel).
 //!
 //! A load streams the file: it holds the header, its plan and at most one
-//! tensor being read (plus a 64 KiB read buffer); with `rollback(false)`
-//! a value of the right type and size takes its tensor in place. With `rollback(true)`, the
-//! default, it also keeps each replaced value until the end, so that a read
-//! error can restore the tree: extra memory about the file's size. Print the
-//! figures with `cargo test --release --test checkpoint_memory -- --nocapture`.
+//! tensor being read (plus a 64 KiB read buffer); by default
+//! (`rollback(false)`) a value of the right type and size takes its tensor
+//! in place. With `rollback(true)` it reads every tensor into new memory
+//! before changing anything, so that a read error leaves the tree as it
+//! was: extra memory about the file's size. Print the figures with
+//! `cargo test --release --test checkpoint_memory -- --nocapture`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -103,11 +104,11 @@ fn a_streamed_load_needs_about_one_tensor() {
     let (mut t, vars) = model(0.0);
     let root = t.root();
     let (start, peak, end) = measure(|| {
-        checkpoint::load(&mut t, root, &p, &LoadOptions::new().rollback(false)).unwrap();
+        checkpoint::load(&mut t, root, &p, &LoadOptions::new()).unwrap();
     });
     let extra = peak - start;
     println!(
-        "rollback(false): file {file_len} B, tensor {TENSOR_BYTES} B, peak extra {extra} B ({:.2} tensors), live change {} B",
+        "default (in place): file {file_len} B, tensor {TENSOR_BYTES} B, peak extra {extra} B ({:.2} tensors), live change {} B",
         extra as f64 / TENSOR_BYTES as f64,
         end - start
     );
@@ -121,7 +122,7 @@ fn an_atomic_load_needs_at_most_the_file_plus_one_tensor() {
     let (mut t, vars) = model(0.0);
     let root = t.root();
     let (start, peak, end) = measure(|| {
-        checkpoint::load(&mut t, root, &p, &LoadOptions::new()).unwrap();
+        checkpoint::load(&mut t, root, &p, &LoadOptions::new().rollback(true)).unwrap();
     });
     let extra = peak - start;
     println!(

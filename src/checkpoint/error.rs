@@ -119,16 +119,18 @@ pub enum Error {
     #[error(
         "reading tensor {} of {path} failed: {source}; {}",
         short::path(key),
-        if *rolled_back { "the tree was restored to its state before the load" }
-        else { "the tensors before it are loaded (LoadOptions::rollback(false))" }
+        if *rolled_back { "the tree is as it was before the load" }
+        else { "values read in place before it hold the file's bytes; load again, or use \
+                LoadOptions::rollback(true) to make read errors leave the tree unchanged" }
     )]
     Data {
         /// The file.
         path: String,
         /// The tensor being read.
         key: String,
-        /// Whether the tree was restored; `false` only with
-        /// [`LoadOptions::rollback(false)`](super::LoadOptions::rollback).
+        /// Whether the tree is as before the load; `false` only when the
+        /// disk failed while values were read in place (never with
+        /// [`LoadOptions::rollback(true)`](super::LoadOptions::rollback)).
         rolled_back: bool,
         /// The underlying error.
         #[source]

@@ -89,7 +89,8 @@ impl LoadOptions {
     }
 
     /// Strict: every variable in the file, every file key in the tree,
-    /// equal shapes and dtypes; `/` keys; rollback on a read error. O(1).
+    /// equal shapes and dtypes; `/` keys; values that fit overwritten in
+    /// place (see [`rollback`](Self::rollback)). O(1).
     ///
     /// ```
     /// let _ = scopetree::checkpoint::LoadOptions::new();
@@ -102,7 +103,7 @@ impl LoadOptions {
             create: false,
             create_shaped: false,
             dtype: DtypePolicy::Exact,
-            rollback: true,
+            rollback: false,
             types: Types::builtin(),
             filter: None,
             create_with: None,
@@ -178,17 +179,25 @@ impl LoadOptions {
         self
     }
 
-    /// Whether a read error after the checks restores the tree (the
-    /// default). Restoring keeps each replaced value until the load ends,
-    /// so the extra memory is about the file's size; `rollback(false)`
-    /// reads each tensor into the variable's value in place when its type
-    /// and size already fit, else drops the old value as soon as the new
-    /// one is read (extra memory at most about one tensor), at the price of
-    /// a partly loaded tree if the file fails mid-read ([`Error::Data`]
-    /// says so). O(1).
+    /// Whether a read error of the disk, after every check has passed,
+    /// must leave the tree as it was (`false` by default).
+    ///
+    /// Every load first checks the whole header against the tree (names,
+    /// shapes, dtypes, byte ranges against the file's length), then reads
+    /// every value that needs new memory (created variables, converted
+    /// dtypes, types of your own) before changing anything: a bad file or a
+    /// value its type rejects changes nothing, whatever this option says.
+    /// By default a value of the crate's types whose dtype and size already
+    /// fit is then overwritten in place, with no extra memory; only a read
+    /// error in that pass (the disk failing, not the file's content) can
+    /// leave the tree partly loaded, and [`Error::Data`] says so.
+    /// `rollback(true)` reads every tensor into new memory first, so even
+    /// that leaves the tree unchanged, at the price of about the file's
+    /// size in extra memory and the time to fault it in (see
+    /// `docs/checkpoints.md`). O(1).
     ///
     /// ```
-    /// let _ = scopetree::checkpoint::LoadOptions::new().rollback(false);
+    /// let _ = scopetree::checkpoint::LoadOptions::new().rollback(true);
     /// ```
     pub fn rollback(mut self, rollback: bool) -> Self {
         self.rollback = rollback;
@@ -247,6 +256,9 @@ enum Step {
         var: VarId,
         codec: Codec,
         convert_to: Option<Dtype>,
+        /// The variable's value is a crate type of the file's dtype and
+        /// byte size: its bytes can be overwritten where they are.
+        in_place: bool,
     },
     Create {
         comps: Vec<String>,
@@ -396,6 +408,7 @@ fn check_var(
                 var,
                 codec,
                 convert_to: None,
+                in_place: false,
             });
         }
     };
@@ -420,6 +433,7 @@ fn check_var(
             var,
             codec,
             convert_to,
+            in_place: codec.builtin && convert_to.is_none(),
         });
     }
     let shown = recorded.as_deref().unwrap_or(&shape);
@@ -447,7 +461,7 @@ fn check_create(t: &FileTensor, opts: &LoadOptions) -> Result<Step, String> {
     Ok(Step::Create { comps, codec })
 }
 
-/// One change made by a load, to undo on failure.
+/// One change made by a load's commit, to undo on failure.
 enum Undo {
     /// A value replaced (`Some`) or set where there was none (`None`).
     Value(VarId, Codec, Option<Old>),
@@ -472,7 +486,106 @@ fn undo_all(tree: &mut ScopeTree, log: Vec<Undo>) {
     }
 }
 
-/// Streams the planned tensors into the tree, one at a time.
+/// The file, read forward tensor by tensor.
+struct Cursor<'p> {
+    reader: BufReader<File>,
+    pos: u64,
+    data_start: u64,
+    shown: &'p str,
+}
+
+impl Cursor<'_> {
+    /// Moves to the start of `t`'s bytes; returns their length.
+    fn seek_to(&mut self, t: &FileTensor) -> Result<usize, Error> {
+        let at = self.data_start + t.begin;
+        if at != self.pos {
+            let delta = i64::try_from(i128::from(at) - i128::from(self.pos))
+                .map_err(|e| Error::io(self.shown)(std::io::Error::other(e)))?;
+            self.reader
+                .seek_relative(delta)
+                .map_err(Error::io(self.shown))?;
+            self.pos = at;
+        }
+        // Bounded by the file's length (checked with the header).
+        #[allow(clippy::cast_possible_truncation)]
+        Ok((t.end - t.begin) as usize)
+    }
+
+    /// Builds the staged value of `t` with `codec` (converting floats to
+    /// `convert_to`), touching no variable.
+    fn stage(
+        &mut self,
+        t: &FileTensor,
+        codec: &Codec,
+        convert_to: Option<Dtype>,
+    ) -> Result<Old, Error> {
+        let nbytes = self.seek_to(t)?;
+        let src = match convert_to {
+            None => Source::Reader {
+                dtype: t.dtype,
+                shape: &t.shape,
+                nbytes,
+                reader: &mut self.reader,
+            },
+            Some(to) => {
+                let mut raw = vec![0_u8; nbytes];
+                self.reader
+                    .read_exact(&mut raw)
+                    .map_err(Error::io(self.shown))?;
+                Source::Bytes {
+                    dtype: to,
+                    shape: &t.shape,
+                    bytes: convert_floats(t.dtype, to, &raw),
+                }
+            }
+        };
+        let new = (codec.stage)(src).map_err(|e| self.with_path(e))?;
+        self.pos += nbytes as u64;
+        Ok(new)
+    }
+
+    /// Reads `t` into `var`'s value in place; the replaced value if the
+    /// value declined (then it was replaced).
+    fn in_place(
+        &mut self,
+        tree: &mut ScopeTree,
+        t: &FileTensor,
+        var: VarId,
+        codec: &Codec,
+    ) -> Result<Option<Old>, Error> {
+        let nbytes = self.seek_to(t)?;
+        let src = Source::Reader {
+            dtype: t.dtype,
+            shape: &t.shape,
+            nbytes,
+            reader: &mut self.reader,
+        };
+        let old = (codec.read_into)(tree, var, src, true).map_err(|e| self.with_path(e))?;
+        self.pos += nbytes as u64;
+        Ok(old)
+    }
+
+    fn with_path(&self, e: Error) -> Error {
+        match e {
+            Error::Io { source, .. } => Error::Io {
+                path: short::path(self.shown),
+                source,
+            },
+            other => other,
+        }
+    }
+}
+
+/// Loads the planned tensors, in three passes:
+///
+/// 1. every value that is not overwritten in place (all of them with
+///    [`LoadOptions::rollback`]) is read into new memory, the tree
+///    untouched: a read error or a value its type rejects changes nothing;
+/// 2. values of the crate's types whose dtype and size already fit are
+///    overwritten in place (only a read error of the disk can fail here,
+///    every check having passed);
+/// 3. the values of pass 1 go in: created variables, replaced values, and
+///    shared values (candle `Var`s) assigned in place.
 pub(crate) fn apply(
     tree: &mut ScopeTree,
     scope: ScopeId,
@@ -484,107 +597,93 @@ pub(crate) fn apply(
     let shown = path.to_string_lossy();
     let mut report = plan.report;
     let mut reader = BufReader::with_capacity(READ_BUFFER, file);
-    let mut pos = reader.stream_position().map_err(Error::io(&shown))?;
-    let mut log: Vec<Undo> = Vec::new();
-    // New values of shared types (candle `Var`s), assigned once every read
-    // has succeeded.
-    let mut staged: Vec<(VarId, Codec, Old, String)> = Vec::new();
-    for (t, step) in plan.steps {
-        let (target, codec, convert_to) = match step {
-            Step::Skip => continue,
+    let pos = reader.stream_position().map_err(Error::io(&shown))?;
+    let mut cur = Cursor {
+        reader,
+        pos,
+        data_start: plan.data_start,
+        shown: &shown,
+    };
+    let fail = |key: &str, rolled_back: bool, e: Error| Error::Data {
+        path: short::path(&shown),
+        key: key.to_owned(),
+        rolled_back,
+        source: Box::new(e),
+    };
+    let stage_all = opts.rollback;
+    let steps: Vec<(FileTensor, Step)> = plan
+        .steps
+        .into_iter()
+        .filter(|(_, s)| !matches!(s, Step::Skip))
+        .collect();
+
+    // Pass 1: new values, the tree untouched.
+    let mut staged: Vec<Option<Old>> = Vec::with_capacity(steps.len());
+    for (t, step) in &steps {
+        let new = match step {
+            Step::Set { in_place: true, .. } if !stage_all => None,
             Step::Set {
-                var,
-                codec,
-                convert_to,
-            } => (Ok(var), codec, convert_to),
-            Step::Create { comps, codec } => (Err(comps), codec, None),
+                codec, convert_to, ..
+            } => Some(cur.stage(t, codec, *convert_to)),
+            Step::Create { codec, .. } => Some(cur.stage(t, codec, None)),
+            Step::Skip => None,
         };
-        let at = plan.data_start + t.begin;
+        staged.push(match new {
+            Some(Ok(v)) => Some(v),
+            Some(Err(e)) => return Err(fail(&t.key, true, e)),
+            None => None,
+        });
+    }
+
+    // Pass 2: in place.
+    let mut log: Vec<Undo> = Vec::new();
+    let mut touched = false;
+    for ((t, step), new) in steps.iter().zip(&staged) {
+        if let (Step::Set { var, codec, .. }, None) = (step, new) {
+            touched = true;
+            match cur.in_place(tree, t, *var, codec) {
+                // A value that declined after all was replaced: undoable.
+                Ok(Some(old)) => log.push(Undo::Value(*var, *codec, Some(old))),
+                Ok(None) => {}
+                Err(e) => {
+                    undo_all(tree, log);
+                    return Err(fail(&t.key, false, e));
+                }
+            }
+        }
+    }
+
+    // Pass 3: the staged values go in.
+    for ((t, step), new) in steps.into_iter().zip(staged) {
+        let Some(new) = new else {
+            report.loaded.push(t.key);
+            continue;
+        };
         let result = (|| -> Result<(), Error> {
-            if at != pos {
-                // Tensors come in file order without overlap, so `at > pos`.
-                let delta = at
-                    .checked_sub(pos)
-                    .and_then(|d| i64::try_from(d).ok())
-                    .ok_or_else(|| {
-                        Error::io(&shown)(std::io::Error::other("tensor before the read position"))
-                    })?;
-                reader.seek_relative(delta).map_err(Error::io(&shown))?;
-            }
-            pos = at;
-            // Bounded by the file's length (checked with the header).
-            #[allow(clippy::cast_possible_truncation)]
-            let nbytes = (t.end - t.begin) as usize;
-            let var = match target {
-                Ok(var) => var,
-                Err(comps) => {
+            match step {
+                Step::Set { var, codec, .. } if codec.shared && tree.value_any(var).is_some() => {
+                    touched = true;
+                    (codec.assign)(tree, var, new)
+                }
+                Step::Set { var, codec, .. } => {
+                    let old = (codec.put)(tree, var, new)?;
+                    log.push(Undo::Value(var, codec, old));
+                    Ok(())
+                }
+                Step::Create { comps, codec } => {
                     let var = create(tree, scope, &comps, &mut log)?;
+                    (codec.put)(tree, var, new)?;
                     report.created.push(t.key.clone());
-                    var
+                    Ok(())
                 }
-            };
-            let src = match convert_to {
-                None => Source::Reader {
-                    dtype: t.dtype,
-                    shape: &t.shape,
-                    nbytes,
-                    reader: &mut reader,
-                },
-                Some(to) => {
-                    let mut raw = vec![0_u8; nbytes];
-                    reader.read_exact(&mut raw).map_err(Error::io(&shown))?;
-                    Source::Bytes {
-                        dtype: to,
-                        shape: &t.shape,
-                        bytes: convert_floats(t.dtype, to, &raw),
-                    }
-                }
-            };
-            let with_path = |e| match e {
-                Error::Io { source, .. } => Error::Io {
-                    path: short::path(&shown),
-                    source,
-                },
-                other => other,
-            };
-            if codec.shared && tree.value_any(var).is_some() {
-                let new = (codec.stage)(src).map_err(with_path)?;
-                pos += nbytes as u64;
-                staged.push((var, codec, new, t.key.clone()));
-                return Ok(());
+                Step::Skip => Ok(()),
             }
-            let old = (codec.read_into)(tree, var, src, !opts.rollback).map_err(with_path)?;
-            pos += nbytes as u64;
-            if opts.rollback {
-                log.push(Undo::Value(var, codec, old));
-            }
-            Ok(())
         })();
         if let Err(e) = result {
-            let rolled_back = opts.rollback;
-            if rolled_back {
-                undo_all(tree, log);
-            }
-            return Err(Error::Data {
-                path: short::path(&shown),
-                key: t.key,
-                rolled_back,
-                source: Box::new(e),
-            });
+            undo_all(tree, log);
+            return Err(fail(&t.key, !touched, e));
         }
         report.loaded.push(t.key);
-    }
-    // Every read succeeded; the checks made each assignment fit (same
-    // dtype and shape), so none fails for a value the crate made.
-    for (var, codec, new, key) in staged {
-        if let Err(e) = (codec.assign)(tree, var, new) {
-            return Err(Error::Data {
-                path: short::path(&shown),
-                key,
-                rolled_back: false,
-                source: Box::new(e),
-            });
-        }
     }
     report.loaded.sort_unstable();
     report.created.sort_unstable();
@@ -620,4 +719,115 @@ fn create(
     let var = tree.create_var(s, name.as_str())?;
     log.push(Undo::Var(var));
     Ok(var)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::{SaveOptions, save};
+
+    /// A tree of three `Vec<f32>` variables `a`, `b`, `c` of 1,000 values
+    /// each, saved to a file; then the values are set to zero.
+    fn saved(name: &str) -> (ScopeTree, [VarId; 3], std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("st-load-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        let mut tree = ScopeTree::new();
+        let root = tree.root();
+        let vars = ["a", "b", "c"].map(|n| tree.var(root, n).unwrap());
+        for (i, v) in vars.iter().enumerate() {
+            tree.set(*v, vec![i as f32 + 1.0; 1000]).unwrap();
+        }
+        save(&tree, root, &path, &SaveOptions::new()).unwrap();
+        for v in vars {
+            tree.set(v, vec![0.0_f32; 1000]).unwrap();
+        }
+        (tree, vars, path)
+    }
+
+    /// The disk fails mid-read (the file shrinks between the checks and the
+    /// reads): by default the values read in place before the failure keep
+    /// the file's bytes and the error says the tree changed.
+    #[test]
+    fn a_read_error_after_the_checks_is_reported_as_a_partial_load() {
+        let (mut tree, [a, b, c], path) = saved("partial.safetensors");
+        let root = tree.root();
+        let opts = LoadOptions::new();
+        let (plan, file) = plan(&tree, root, &path, &opts, &|_| None).unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len - 2000)
+            .unwrap();
+        let err = apply(&mut tree, root, plan, file, &path, &opts).unwrap_err();
+        assert!(
+            matches!(&err, Error::Data { key, rolled_back: false, .. } if key == "c"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("rollback(true)"), "{err}");
+        assert_eq!(tree.get::<Vec<f32>>(a).unwrap(), &vec![1.0; 1000]);
+        assert_eq!(tree.get::<Vec<f32>>(b).unwrap(), &vec![2.0; 1000]);
+        assert_eq!(tree.get::<Vec<f32>>(c).unwrap().len(), 1000);
+    }
+
+    /// With `rollback(true)` the same failure leaves every value as it was.
+    #[test]
+    fn with_rollback_a_read_error_changes_nothing() {
+        let (mut tree, vars, path) = saved("rollback.safetensors");
+        let root = tree.root();
+        let opts = LoadOptions::new().rollback(true);
+        let (plan, file) = plan(&tree, root, &path, &opts, &|_| None).unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len - 2000)
+            .unwrap();
+        let err = apply(&mut tree, root, plan, file, &path, &opts).unwrap_err();
+        assert!(
+            matches!(&err, Error::Data { key, rolled_back: true, .. } if key == "c"),
+            "{err:?}"
+        );
+        for v in vars {
+            assert_eq!(tree.get::<Vec<f32>>(v).unwrap(), &vec![0.0; 1000]);
+        }
+    }
+
+    /// Values that need new memory (here: variables without a value) are
+    /// all read before any variable changes, so a read error among them
+    /// changes nothing even by default.
+    #[test]
+    fn staged_values_are_read_before_anything_changes() {
+        let (mut tree, vars, path) = saved("staged.safetensors");
+        for v in vars {
+            tree.clear(v).unwrap();
+        }
+        let root = tree.root();
+        let opts = LoadOptions::new();
+        let (plan, file) = plan(&tree, root, &path, &opts, &|_| None).unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len - 2000)
+            .unwrap();
+        let err = apply(&mut tree, root, plan, file, &path, &opts).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::Data {
+                    rolled_back: true,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        for v in vars {
+            assert!(tree.value_any(v).is_none());
+        }
+    }
 }

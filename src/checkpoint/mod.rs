@@ -19,7 +19,8 @@
 //!   (sizes against the file's length before any allocation), matches every
 //!   name, shape and dtype against the tree, lists every problem in one
 //!   [`Error::Mismatch`], and changes nothing unless everything matches. Then
-//!   it streams the tensors one at a time. [`LoadOptions`] allows missing or
+//!   it streams the tensors one at a time, into the existing values where
+//!   they fit. [`LoadOptions`] allows missing or
 //!   unused names, creates the variables the file names, and converts float
 //!   dtypes. The [`LoadReport`] says what was loaded, missing and unused.
 //!
@@ -158,16 +159,21 @@ pub fn save_store(
 }
 
 /// Loads `path` into the variables of `scope` and below it, keys relative
-/// to `scope`. Strict and atomic unless `opts` relaxes it. O(header +
-/// variables + bytes read); extra memory about one tensor beyond the values
-/// kept for undo (see [`LoadOptions::rollback`]).
+/// to `scope`. Strict and atomic unless `opts` relaxes it: the whole header
+/// is checked against the tree, and every value that needs new memory is
+/// read, before anything changes; values of the crate's types that already
+/// fit are then overwritten in place. O(header + variables + bytes read);
+/// extra memory about one tensor plus the values that need new memory (the
+/// whole file with [`LoadOptions::rollback`]).
 ///
 /// # Errors
 /// [`Error::Io`], [`Error::BadFile`] for a malformed file;
 /// [`Error::Mismatch`] listing every missing, unexpected and mismatched key;
 /// [`Error::KeyCollision`]; [`Error::Data`] if reading fails after the checks;
 /// [`Error::Tree`] for a stale or foreign scope. On any error the tree is as
-/// before the call (except [`Error::Data`] with `rollback(false)`).
+/// before the call, except an [`Error::Data`] whose `rolled_back` is `false`:
+/// the disk failed while values were read in place (see
+/// [`LoadOptions::rollback`]).
 ///
 /// ```
 /// # let dir = std::env::temp_dir().join(format!("st-doc-load-{}", std::process::id()));

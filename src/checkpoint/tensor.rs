@@ -125,7 +125,7 @@ pub trait Checkpointable: Any + Send + Sync + Sized {
     /// dtype and size already fit (the load then allocates nothing);
     /// `Ok(false)` when it cannot, and then nothing was read. The default
     /// always declines. Used by loads with
-    /// [`rollback(false)`](super::LoadOptions::rollback). O(len).
+    /// the default [`rollback(false)`](super::LoadOptions::rollback). O(len).
     ///
     /// # Errors
     /// [`Error::Io`] from the reader; the value may then be partly
@@ -528,6 +528,11 @@ pub(crate) struct Codec {
     pub(crate) read_into: ReadInto,
     /// Puts an old value back (undo).
     pub(crate) restore: fn(&mut crate::ScopeTree, crate::VarId, Old) -> Result<(), crate::Error>,
+    /// Puts a staged value in the variable; returns the replaced one.
+    pub(crate) put: fn(&mut crate::ScopeTree, crate::VarId, Old) -> Result<Option<Old>, Error>,
+    /// One of the crate's own types (`Vec`, `Box<[_]>`, `Tensor` of an
+    /// element), which read a tensor of their dtype and size in place.
+    pub(crate) builtin: bool,
 }
 
 /// Reads a value into a variable (in place when the flag is set and the
@@ -644,6 +649,20 @@ fn restore<T: Checkpointable>(
     }
 }
 
+fn put<T: Checkpointable>(
+    tree: &mut crate::ScopeTree,
+    var: crate::VarId,
+    new: Old,
+) -> Result<Option<Old>, Error> {
+    let new = new.downcast::<T>().map_err(|_| Error::BadTensor {
+        reason: format!("a staged value is not a {}", type_name::<T>()),
+    })?;
+    // An uninitialised variable is simply set (`replace` returns `None`);
+    // the load checked beforehand that an initialised one holds a `T`.
+    let old = tree.replace::<T>(var, *new)?;
+    Ok(old.map(|v| Box::new(v) as Old))
+}
+
 impl Codec {
     /// The codec of `T`.
     pub(crate) fn of<T: Checkpointable>() -> (TypeId, Self) {
@@ -657,6 +676,8 @@ impl Codec {
                 assign: assign::<T>,
                 read_into: read_into::<T>,
                 restore: restore::<T>,
+                put: put::<T>,
+                builtin: false,
             },
         )
     }
@@ -684,12 +705,15 @@ impl Types {
         add!(
             f32, f64, i8, i16, i32, i64, u8, u16, u32, u64, bool, f16, bf16
         );
+        for c in by_id.values_mut() {
+            c.builtin = true;
+        }
         Self { by_id }
     }
 
     pub(crate) fn add<T: Checkpointable>(&mut self) {
         let (id, c) = Codec::of::<T>();
-        self.by_id.insert(id, c);
+        self.by_id.entry(id).or_insert(c);
     }
 
     pub(crate) fn get(&self, id: TypeId) -> Option<&Codec> {

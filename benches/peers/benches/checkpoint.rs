@@ -5,9 +5,10 @@
 //! - `scopetree_save` / `candle_save`: write the whole model to a
 //!   `.safetensors` file (both through safetensors 0.8's
 //!   `serialize_to_file`: a temporary file, then a rename).
-//! - `scopetree_load` (strict, rollback on: the default),
-//!   `scopetree_load_no_rollback`, `candle_load`: read it back into the
-//!   built model. candle mmaps the file and `Var::set`s each tensor.
+//! - `scopetree_load` (strict; the default: values overwritten in place),
+//!   `scopetree_load_rollback` (`rollback(true)`: every tensor read into new
+//!   memory first), `candle_load`: read it back into the built model.
+//!   candle mmaps the file and `Var::set`s each tensor.
 //!
 //! Size: `SCOPETREE_CKPT_MIB` MiB (default 1024); 8 MiB in criterion's test
 //! mode. Run: `cargo bench -p scopetree-peers --bench checkpoint` (builds
@@ -95,9 +96,9 @@ fn bench(c: &mut Criterion) {
     g.bench_function("scopetree_load", |b| {
         b.iter(|| checkpoint::load(&mut tree, root, &ours, &load_opts).unwrap())
     });
-    let streamed = load_opts.clone().rollback(false);
-    g.bench_function("scopetree_load_no_rollback", |b| {
-        b.iter(|| checkpoint::load(&mut tree, root, &ours, &streamed).unwrap())
+    let staged = load_opts.clone().rollback(true);
+    g.bench_function("scopetree_load_rollback", |b| {
+        b.iter(|| checkpoint::load(&mut tree, root, &ours, &staged).unwrap())
     });
     g.bench_function("candle_load", |b| b.iter(|| map.load(&theirs).unwrap()));
     g.finish();
