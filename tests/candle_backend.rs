@@ -11,7 +11,7 @@ use candle_nn::{
     AdamW, Conv1dConfig, Conv2dConfig, Init, Optimizer, ParamsAdamW, VarBuilder, VarMap,
 };
 use scopetree::candle::{CandleStore, Error};
-use scopetree::checkpoint::LoadOptions;
+use scopetree::checkpoint::{self, LoadOptions};
 use scopetree::sharing::{self, Initializer, TRAINABLE_VARIABLES, VarSpec};
 
 type R = Result<(), Box<dyn std::error::Error>>;
@@ -27,6 +27,7 @@ fn vb(store: &CandleStore) -> VarBuilder<'static> {
 fn snapshot(store: &CandleStore) -> Vec<(String, DType, Vec<usize>, Vec<u32>)> {
     store
         .named_vars()
+        .expect("the store's names are valid dotted names")
         .into_iter()
         .map(|(k, v)| {
             let bits = v
@@ -61,7 +62,9 @@ fn var(store: &CandleStore, name: &str) -> Var {
 
 /// The names of `vars`, found by tensor identity among the store's.
 fn names_of(store: &CandleStore, vars: &[Var]) -> Vec<String> {
-    let named = store.named_vars();
+    let named = store
+        .named_vars()
+        .expect("the store's names are valid dotted names");
     vars.iter()
         .map(|v| {
             named
@@ -166,7 +169,7 @@ fn every_layer_builds_with_dotted_names_and_shapes() -> R {
     Zoo::build(&vb(&store))?;
     let want = zoo_names();
     let names: Vec<&str> = want.iter().map(|(n, _)| *n).collect();
-    assert_eq!(store.names(), names);
+    assert_eq!(store.names()?, names);
     for (name, shape) in &want {
         let v = var(&store, name);
         assert_eq!(v.dims(), shape.as_slice(), "{name}");
@@ -224,7 +227,7 @@ fn building_again_reuses_the_same_storage() -> R {
     w.set(&Tensor::full(0.25f32, (3, 4), &CPU)?)?;
     assert_eq!(bits(second.lin.weight()), vec![0.25f32.to_bits(); 12]);
     assert_eq!(bits(first.lin.weight()), vec![0.25f32.to_bits(); 12]);
-    assert_eq!(store.names().len(), 17);
+    assert_eq!(store.names()?.len(), 17);
     Ok(())
 }
 
@@ -321,7 +324,7 @@ fn a_sealed_store_refuses_unknown_names_and_reuses_known_ones() -> R {
     assert!(!store.is_sealed());
     candle_nn::linear(3, 2, vb(&store).pp("head"))?;
     assert_eq!(
-        store.names(),
+        store.names()?,
         ["head.bias", "head.weight", "lin.bias", "lin.weight"]
     );
     Ok(())
@@ -350,7 +353,7 @@ fn varmap_makes_zeros_for_a_name_without_hint_where_a_sealed_store_errs() -> R {
     store.seal();
     let err = vb(&store).pp("lin").get((3, 4), "wieght").unwrap_err();
     assert!(err.to_string().contains("sealed"), "{err}");
-    assert_eq!(store.names(), ["lin.bias", "lin.weight"]);
+    assert_eq!(store.names()?, ["lin.bias", "lin.weight"]);
     assert!(store.var("lin.wieght")?.is_none());
     Ok(())
 }
@@ -433,7 +436,7 @@ fn a_frozen_prefix_gets_no_gradient_and_does_not_move() -> R {
     let store = CandleStore::new();
     store.freeze("emb")?;
     let model = Tiny::build(&vb(&store))?;
-    assert_eq!(store.names(), TINY);
+    assert_eq!(store.names()?, TINY);
     assert!(store.is_frozen("emb.weight"));
     assert_eq!(names_of(&store, &store.trainable_vars("")?), &TINY[1..]);
 
@@ -526,7 +529,7 @@ fn prefixes_are_whole_components_and_lists_are_sorted_by_name() -> R {
         "gru2.weight_hh_l0",
         "gru2.weight_ih_l0",
     ]);
-    assert_eq!(store.names(), all);
+    assert_eq!(store.names()?, all);
     assert_eq!(names_of(&store, &store.trainable_vars("")?), all);
     assert_eq!(
         names_of(&store, &store.trainable_vars_in(TRAINABLE_VARIABLES)?),
@@ -576,7 +579,7 @@ fn get_unchecked_and_contains_tensor() -> R {
             .get_unchecked_dtype("lin.weight", DType::F64)
             .is_err()
     );
-    assert_eq!(store.names(), ["lin.bias", "lin.weight"]);
+    assert_eq!(store.names()?, ["lin.bias", "lin.weight"]);
 
     assert!(vb(&store).contains_tensor("lin.weight"));
     assert!(vb(&store).pp("lin").contains_tensor("bias"));
@@ -649,7 +652,7 @@ fn unused_lists_the_names_the_model_never_asked_for() -> R {
     let trained = CandleStore::new();
     Tiny::build(&vb(&trained))?;
     trained.get(3, "extra", Init::Const(1.), DType::F32, &CPU)?;
-    assert!(trained.unused().is_empty());
+    assert!(trained.unused()?.is_empty());
     trained.save(&path)?;
 
     let fresh = CandleStore::new();
@@ -657,9 +660,189 @@ fn unused_lists_the_names_the_model_never_asked_for() -> R {
     let mut all = strings(&TINY);
     all.insert(1, "extra".to_owned()); // sorted: after emb.weight
     assert_eq!(report.created, all);
-    assert_eq!(fresh.unused(), all);
+    assert_eq!(fresh.unused()?, all);
     Tiny::build(&vb(&fresh))?;
-    assert_eq!(fresh.unused(), ["extra"]);
-    assert_eq!(fresh.names(), all);
+    assert_eq!(fresh.unused()?, ["extra"]);
+    assert_eq!(fresh.names()?, all);
+    Ok(())
+}
+
+// ----- tree names candle cannot read (made through the sharing API) -------------
+
+/// Creates the F32 variable `path` (a tree path, `/` between scopes) of
+/// `shape` through the sharing API, bypassing the candle name checks.
+fn sharing_var(store: &CandleStore, path: &str, shape: &[usize]) -> scopetree::VarId {
+    store
+        .with_store(|s| {
+            let root = s.root_scope();
+            let init = Initializer::try_with_shape(|s: &[usize]| Var::ones(s, DType::F32, &CPU));
+            s.get_variable(&root, VarSpec::new(path).shape(shape).initializer(init))
+        })
+        .unwrap_or_else(|e| panic!("the sharing API creates {path}: {e}"))
+}
+
+/// Asserts that every listing of `store` fails with `Error::InvalidName` for
+/// the tree path `path`.
+fn assert_invalid_everywhere(store: &CandleStore, path: &str) {
+    const REASON: &str = "a scope or variable name of the tree contains `.`, which candle \
+                          reads as a scope separator; rename it";
+    let check = |what: &str, err: Error| match err {
+        Error::InvalidName { name, reason } => {
+            assert_eq!(name, path, "{what}");
+            assert_eq!(reason, REASON, "{what}");
+        }
+        other => panic!("{what}: expected InvalidName, got {other:?}"),
+    };
+    check("names", store.names().unwrap_err());
+    check("named_vars", store.named_vars().unwrap_err());
+    check("all_vars", store.all_vars().unwrap_err());
+    check("unused", store.unused().unwrap_err());
+    check(
+        "trainable_vars(\"\")",
+        store.trainable_vars("").unwrap_err(),
+    );
+    check(
+        "trainable_vars(\"fc\")",
+        store.trainable_vars("fc").unwrap_err(),
+    );
+}
+
+#[test]
+fn a_dotted_tree_name_is_invalid_name_in_every_listing() -> R {
+    let store = CandleStore::new();
+    candle_nn::linear(2, 2, vb(&store).pp("fc"))?;
+    assert_eq!(store.names()?, ["fc.bias", "fc.weight"]);
+
+    // A root variable literally named `a.weight` (no scope `a`).
+    sharing_var(&store, "a.weight", &[2]);
+    assert!(
+        store
+            .with_store(|s| s.tree().kid(s.tree().root(), "a"))?
+            .is_none()
+    );
+    assert_invalid_everywhere(&store, "a.weight");
+
+    // A dotted scope name is reported by its tree path.
+    let other = CandleStore::new();
+    candle_nn::linear(2, 2, vb(&other).pp("fc"))?;
+    sharing_var(&other, "x.y/w", &[3]);
+    assert_invalid_everywhere(&other, "x.y/w");
+    // The error is not sticky: once the scope is gone, the lists are back.
+    other.with_store(|s| {
+        let xy = s
+            .tree()
+            .kid(s.tree().root(), "x.y")?
+            .expect("the scope x.y");
+        s.delete_scope(xy)
+    })?;
+    assert_eq!(other.names()?, ["fc.bias", "fc.weight"]);
+    assert_eq!(other.unused()?, Vec::<String>::new());
+    assert_eq!(
+        names_of(&other, &other.trainable_vars("")?),
+        ["fc.bias", "fc.weight"]
+    );
+    Ok(())
+}
+
+#[test]
+fn two_variables_with_one_dotted_name_are_a_key_collision() -> R {
+    let store = CandleStore::new();
+    // `a.weight` through candle: the variable `weight` of the scope `a`.
+    store.get(2, "a.weight", Init::Const(0.), DType::F32, &CPU)?;
+    candle_nn::linear(2, 2, vb(&store).pp("fc"))?;
+    // The root variable literally named `a.weight`: the same dotted key.
+    sharing_var(&store, "a.weight", &[2]);
+
+    let check = |what: &str, err: Error| match err {
+        Error::Checkpoint(checkpoint::Error::KeyCollision { key, first, second }) => {
+            assert_eq!(key, "a.weight", "{what}");
+            let mut paths = [first, second];
+            paths.sort();
+            assert_eq!(paths, ["a.weight", "a/weight"], "{what}");
+        }
+        other => panic!("{what}: expected KeyCollision, got {other:?}"),
+    };
+    check("names", store.names().unwrap_err());
+    check("named_vars", store.named_vars().unwrap_err());
+    check("all_vars", store.all_vars().unwrap_err());
+    check("unused", store.unused().unwrap_err());
+    check(
+        "trainable_vars(\"\")",
+        store.trainable_vars("").unwrap_err(),
+    );
+    check(
+        "trainable_vars(\"a\")",
+        store.trainable_vars("a").unwrap_err(),
+    );
+    // The candle name still reaches the scoped variable.
+    assert_eq!(var(&store, "a.weight").dims(), [2]);
+    Ok(())
+}
+
+// ----- unused by handle ---------------------------------------------------------------
+
+#[test]
+fn a_variable_deleted_and_recreated_by_a_load_is_unused_until_asked_for() -> R {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("tiny.safetensors");
+    let store = CandleStore::new();
+    let old = Tiny::build(&vb(&store))?;
+    store.save(&path)?;
+    assert_eq!(store.unused()?, Vec::<String>::new());
+    let old_out_w = var(&store, "out.weight");
+
+    store.with_store(|s| {
+        let out = s
+            .tree()
+            .kid(s.tree().root(), "out")?
+            .expect("the scope out");
+        s.delete_scope(out)
+    })?;
+    assert_eq!(store.names()?, TINY[..5]);
+    assert_eq!(store.unused()?, Vec::<String>::new());
+
+    // The load recreates out.* under the names the model asked for before:
+    // new variables, which no model holds yet.
+    let report = store.load(&path, &LoadOptions::new().create(true))?;
+    assert_eq!(report.created, ["out.bias", "out.weight"]);
+    assert_eq!(report.loaded, TINY);
+    assert_eq!(store.names()?, TINY);
+    assert_eq!(store.unused()?, ["out.bias", "out.weight"]);
+    assert_ne!(
+        var(&store, "out.weight").as_tensor().id(),
+        old_out_w.as_tensor().id()
+    );
+    assert_ne!(
+        old.out.weight().id(),
+        var(&store, "out.weight").as_tensor().id()
+    );
+
+    // A model built now asks for them.
+    let new = Tiny::build(&vb(&store))?;
+    assert_eq!(store.unused()?, Vec::<String>::new());
+    assert_eq!(
+        new.out.weight().id(),
+        var(&store, "out.weight").as_tensor().id()
+    );
+    Ok(())
+}
+
+#[test]
+fn a_variable_recreated_through_the_sharing_api_is_unused_until_asked_for() -> R {
+    let store = CandleStore::new();
+    Tiny::build(&vb(&store))?;
+    store.with_store(|s| {
+        let emb = s
+            .tree()
+            .kid(s.tree().root(), "emb")?
+            .expect("the scope emb");
+        s.delete_scope(emb)
+    })?;
+    sharing_var(&store, "emb/weight", &[8, 4]);
+    assert_eq!(store.names()?, TINY);
+    assert_eq!(store.unused()?, ["emb.weight"]);
+    let model = Tiny::build(&vb(&store))?;
+    assert_eq!(store.unused()?, Vec::<String>::new());
+    assert_eq!(bits(model.emb.embeddings()), vec![1f32.to_bits(); 32]);
     Ok(())
 }

@@ -10,11 +10,12 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::{DType, Device, Module, Tensor, Var};
 use candle_nn::rnn::{GRUConfig, RNN};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 use scopetree::candle::{CandleStore, Error};
 use scopetree::checkpoint::{self, DtypePolicy, LoadOptions, Mismatch};
+use scopetree::sharing::{GLOBAL_VARIABLES, TRAINABLE_VARIABLES};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -80,6 +81,7 @@ type Snap = Vec<(String, Vec<usize>, Vec<u32>)>;
 fn snapshot(store: &CandleStore) -> Snap {
     store
         .named_vars()
+        .expect("the store's names are valid dotted names")
         .into_iter()
         .map(|(k, v)| (k, v.dims().to_vec(), bits(&v)))
         .collect()
@@ -122,6 +124,7 @@ fn trained() -> Result<(CandleStore, Tiny), Box<dyn std::error::Error>> {
 fn tensors(store: &CandleStore) -> HashMap<String, Tensor> {
     store
         .named_vars()
+        .expect("the store's names are valid dotted names")
         .into_iter()
         .map(|(k, v)| (k, v.as_tensor().copy().expect("copy")))
         .collect()
@@ -154,7 +157,7 @@ fn save_then_strict_load_is_bit_exact_and_the_built_model_sees_it() -> R {
     assert_eq!(bits(&model_b.logits()?), out_a);
     // And still trains them: its tensors are the Vars.
     let grads = model_b.loss()?.backward()?;
-    for (name, v) in b.named_vars() {
+    for (name, v) in b.named_vars()? {
         assert!(grads.get(v.as_tensor()).is_some(), "{name}");
     }
     Ok(())
@@ -228,27 +231,155 @@ fn load_before_build_creates_each_variable_once() -> R {
     let report = b.load(&path, &LoadOptions::new().create(true))?;
     assert_eq!(report.created, NAMES);
     assert_eq!(report.loaded, NAMES);
-    assert_eq!(b.names(), NAMES);
-    assert_eq!(b.unused(), NAMES);
+    assert_eq!(b.names()?, NAMES);
+    assert_eq!(b.unused()?, NAMES);
     let created: Vec<_> = b
-        .named_vars()
+        .named_vars()?
         .into_iter()
         .map(|(_, v)| v.as_tensor().id())
         .collect();
 
     b.seal();
     let model_b = Tiny::build(&vb(&b))?;
-    assert_eq!(b.names(), NAMES, "no variable created twice");
+    assert_eq!(b.names()?, NAMES, "no variable created twice");
     let after: Vec<_> = b
-        .named_vars()
+        .named_vars()?
         .into_iter()
         .map(|(_, v)| v.as_tensor().id())
         .collect();
     assert_eq!(after, created, "the model holds the loaded Vars");
     assert_eq!(snapshot(&b), snapshot(&a));
-    assert!(b.unused().is_empty());
+    assert!(b.unused()?.is_empty());
     assert_eq!(bits(&model_b.logits()?), bits(&model_a.logits()?));
     assert_eq!(b.trainable_vars("")?.len(), 7);
+    Ok(())
+}
+
+/// The names of `vars`, found by tensor identity among the store's.
+fn names_of(store: &CandleStore, vars: &[Var]) -> Vec<String> {
+    let named = store
+        .named_vars()
+        .expect("the store's names are valid dotted names");
+    vars.iter()
+        .map(|v| {
+            named
+                .iter()
+                .find(|(_, n)| n.as_tensor().id() == v.as_tensor().id())
+                .map(|(k, _)| k.clone())
+                .expect("a var of the store")
+        })
+        .collect()
+}
+
+/// The members of the sharing collection `key`, sorted by path: (tree
+/// path, recorded shape, created trainable).
+type Members = Vec<(String, Option<Vec<usize>>, Option<bool>)>;
+
+fn members(store: &CandleStore, key: &str) -> Members {
+    store.with_store(|s| {
+        let mut m: Members = s
+            .collection(key, None)
+            .expect("the collection lists")
+            .into_iter()
+            .map(|(path, id)| {
+                let shape = s
+                    .initial_shape(id)
+                    .expect("a live var")
+                    .and_then(|x| x.to_vec());
+                (path, shape, s.is_trainable(id).expect("a live var"))
+            })
+            .collect();
+        m.sort();
+        m
+    })
+}
+
+/// `NAMES` as tree paths with their shapes in `Tiny`, and a trainable flag.
+fn tiny_members(trainable: impl Fn(&str) -> bool) -> Members {
+    let shapes: [&[usize]; 7] = [&[8, 4], &[15], &[15], &[15, 5], &[15, 4], &[8], &[8, 5]];
+    NAMES
+        .iter()
+        .zip(shapes)
+        .map(|(k, s)| (k.replace('.', "/"), Some(s.to_vec()), Some(trainable(k))))
+        .collect()
+}
+
+#[test]
+fn variables_a_load_creates_join_the_collections_with_their_shapes() -> R {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("tiny.safetensors");
+    let (a, _) = trained()?;
+    a.save(&path)?;
+
+    let b = CandleStore::new();
+    assert_eq!(
+        b.load(&path, &LoadOptions::new().create(true))?.created,
+        NAMES
+    );
+    assert_eq!(members(&b, GLOBAL_VARIABLES), tiny_members(|_| true));
+    assert_eq!(members(&b, TRAINABLE_VARIABLES), tiny_members(|_| true));
+    assert_eq!(
+        names_of(&b, &b.trainable_vars_in(TRAINABLE_VARIABLES)?),
+        NAMES
+    );
+    assert_eq!(names_of(&b, &b.trainable_vars("")?), NAMES);
+
+    // The model's gets reuse them: the collections gain no member, and an
+    // optimizer over the collection moves every variable.
+    b.seal();
+    let model = Tiny::build(&vb(&b))?;
+    assert_eq!(members(&b, GLOBAL_VARIABLES), tiny_members(|_| true));
+    assert_eq!(members(&b, TRAINABLE_VARIABLES), tiny_members(|_| true));
+    let vars = b.trainable_vars_in(TRAINABLE_VARIABLES)?;
+    assert_eq!(names_of(&b, &vars), NAMES);
+    let before = snapshot(&b);
+    AdamW::new(vars, ParamsAdamW::default())?.backward_step(&model.loss()?)?;
+    assert_eq!(changed(&before, &snapshot(&b)), 7);
+    Ok(())
+}
+
+#[test]
+fn variables_a_load_creates_under_a_frozen_prefix_join_only_global_variables() -> R {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("tiny.safetensors");
+    let (a, _) = trained()?;
+    a.save(&path)?;
+
+    let b = CandleStore::new();
+    b.freeze("gru")?;
+    assert_eq!(
+        b.load(&path, &LoadOptions::new().create(true))?.created,
+        NAMES
+    );
+    let frozen = |k: &str| k.starts_with("gru.");
+    assert_eq!(members(&b, GLOBAL_VARIABLES), tiny_members(|k| !frozen(k)));
+    let trainable: Members = tiny_members(|_| true)
+        .into_iter()
+        .filter(|(p, ..)| !p.starts_with("gru/"))
+        .collect();
+    assert_eq!(members(&b, TRAINABLE_VARIABLES), trainable);
+    let want = ["emb.weight", "out.bias", "out.weight"];
+    assert_eq!(
+        names_of(&b, &b.trainable_vars_in(TRAINABLE_VARIABLES)?),
+        want
+    );
+    assert_eq!(names_of(&b, &b.trainable_vars("")?), want);
+
+    b.seal();
+    let model = Tiny::build(&vb(&b))?;
+    let before = snapshot(&b);
+    AdamW::new(
+        b.trainable_vars_in(TRAINABLE_VARIABLES)?,
+        ParamsAdamW::default(),
+    )?
+    .backward_step(&model.loss()?)?;
+    for (b, a) in before.iter().zip(&snapshot(&b)) {
+        if frozen(&a.0) {
+            assert_eq!(a.2, b.2, "the frozen {} moved", a.0);
+        } else {
+            assert_ne!(a.2, b.2, "{} did not move", a.0);
+        }
+    }
     Ok(())
 }
 
@@ -269,8 +400,8 @@ fn an_f64_file_loaded_before_build_is_not_converted_for_an_f32_model() -> R {
         err.to_string().contains("holds F64, but F32 was asked for"),
         "{err}"
     );
-    assert_eq!(b.names(), NAMES);
-    for (name, v) in b.named_vars() {
+    assert_eq!(b.names()?, NAMES);
+    for (name, v) in b.named_vars()? {
         assert_eq!(v.dtype(), DType::F64, "{name}");
     }
     // The direct call names both dtypes.
@@ -289,7 +420,7 @@ fn an_f64_file_loaded_before_build_is_not_converted_for_an_f32_model() -> R {
     }
     // Built in F64, the model reuses every loaded variable.
     Tiny::build(&b.var_builder(DType::F64, &CPU))?;
-    assert!(b.unused().is_empty());
+    assert!(b.unused()?.is_empty());
     Ok(())
 }
 
@@ -485,7 +616,7 @@ fn allow_missing_and_allow_unused_report_exact_lists() -> R {
             assert_eq!(a, w, "{} was not loaded", a.0);
         }
     }
-    assert_eq!(store.names(), NAMES, "allow_unused creates nothing");
+    assert_eq!(store.names()?, NAMES, "allow_unused creates nothing");
     Ok(())
 }
 
@@ -497,7 +628,7 @@ fn dtype_policy_convert_rounds_an_f64_file_into_f32_vars() -> R {
     // F64 values that F32 cannot hold exactly.
     let mut ts = HashMap::new();
     let mut want = Vec::new();
-    for (i, (name, v)) in store.named_vars().into_iter().enumerate() {
+    for (i, (name, v)) in store.named_vars()?.into_iter().enumerate() {
         let n = v.elem_count();
         let vals: Vec<f64> = (0..n)
             .map(|j| ((i * 100 + j) as f64 * 0.37).sin() / 3.0)
@@ -521,7 +652,7 @@ fn dtype_policy_convert_rounds_an_f64_file_into_f32_vars() -> R {
     )?;
     assert_eq!(report.loaded, NAMES);
     assert_eq!(snapshot(&store), want);
-    for (_, v) in store.named_vars() {
+    for (_, v) in store.named_vars()? {
         assert_eq!(v.dtype(), DType::F32);
     }
     Ok(())
@@ -553,7 +684,7 @@ fn a_truncated_file_is_an_error_and_changes_nothing() -> R {
     let empty = CandleStore::new();
     std::fs::write(&path, &bytes[..bytes.len() / 2])?;
     assert!(empty.load(&path, &LoadOptions::new().create(true)).is_err());
-    assert!(empty.names().is_empty());
+    assert!(empty.names()?.is_empty());
     Ok(())
 }
 
