@@ -705,6 +705,16 @@ fn assert_invalid_everywhere(store: &CandleStore, path: &str) {
         "trainable_vars(\"fc\")",
         store.trainable_vars("fc").unwrap_err(),
     );
+    check(
+        "trainable_vars_in",
+        store
+            .trainable_vars_in(scopetree::sharing::TRAINABLE_VARIABLES)
+            .unwrap_err(),
+    );
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("dotted.safetensors");
+    check("save", store.save(&file).unwrap_err());
+    assert!(!file.exists(), "a refused save wrote {}", file.display());
 }
 
 #[test]
@@ -773,6 +783,12 @@ fn two_variables_with_one_dotted_name_are_a_key_collision() -> R {
     check(
         "trainable_vars(\"a\")",
         store.trainable_vars("a").unwrap_err(),
+    );
+    check(
+        "trainable_vars_in",
+        store
+            .trainable_vars_in(scopetree::sharing::TRAINABLE_VARIABLES)
+            .unwrap_err(),
     );
     // The candle name still reaches the scoped variable.
     assert_eq!(var(&store, "a.weight").dims(), [2]);
@@ -844,5 +860,28 @@ fn a_variable_recreated_through_the_sharing_api_is_unused_until_asked_for() -> R
     let model = Tiny::build(&vb(&store))?;
     assert_eq!(store.unused()?, Vec::<String>::new());
     assert_eq!(bits(model.emb.embeddings()), vec![1f32.to_bits(); 32]);
+    Ok(())
+}
+
+#[test]
+fn unfreeze_brings_back_variables_created_while_frozen() -> R {
+    let store = CandleStore::new();
+    store.freeze("enc")?;
+    candle_nn::linear(2, 2, vb(&store).pp("enc"))?;
+    candle_nn::linear(2, 2, vb(&store).pp("dec"))?;
+    assert_eq!(
+        names_of(&store, &store.trainable_vars("")?),
+        ["dec.bias", "dec.weight"]
+    );
+    store.unfreeze("enc")?;
+    let all = ["dec.bias", "dec.weight", "enc.bias", "enc.weight"];
+    assert_eq!(names_of(&store, &store.trainable_vars("")?), all);
+    assert_eq!(
+        names_of(
+            &store,
+            &store.trainable_vars_in(scopetree::sharing::TRAINABLE_VARIABLES)?
+        ),
+        all
+    );
     Ok(())
 }

@@ -252,14 +252,16 @@ impl CandleStore {
                 name: name.to_owned(),
             });
         }
-        let trainable = !inner.is_frozen(name);
+        // Freezing is this store's rule, applied when listing and handing
+        // out: the sharing layer records every candle variable trainable,
+        // so that `unfreeze` brings it back.
         let dev = device.clone();
-        let spec = VarSpec::new(&path)
-            .shape(shape.dims())
-            .trainable(trainable)
-            .initializer(Initializer::try_with_shape(move |s: &[usize]| {
-                init.var(s, dtype, &dev)
-            }));
+        let spec =
+            VarSpec::new(&path)
+                .shape(shape.dims())
+                .initializer(Initializer::try_with_shape(move |s: &[usize]| {
+                    init.var(s, dtype, &dev)
+                }));
         let root = inner.store.root_scope();
         let id = inner.store.get_variable(&root, spec)?;
         let var = inner
@@ -382,10 +384,11 @@ impl CandleStore {
     }
 
     /// The trainable `Var`s of the sharing collection `collection`, by
-    /// name. O(members × depth).
+    /// name. O(variables × depth).
     ///
     /// # Errors
-    /// [`Error::Sharing`] from the collection listing.
+    /// [`Error::Sharing`] from the collection listing; as
+    /// [`names`](Self::names).
     ///
     /// ```
     /// use candle_core::{DType, Device};
@@ -397,15 +400,19 @@ impl CandleStore {
     /// ```
     pub fn trainable_vars_in(&self, collection: &str) -> Result<Vec<Var>, Error> {
         let inner = self.lock();
-        let mut members = inner.store.collection(collection, None)?;
-        members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        Ok(members
+        let members: FxHashSet<VarId> = inner
+            .store
+            .collection(collection, None)?
             .into_iter()
-            .filter_map(|(path, id)| {
-                let dotted = path.replace('/', ".");
-                let var = inner.store.tree().get::<Var>(id).ok()?;
-                (!inner.is_frozen(&dotted) && inner.created_trainable(id)).then(|| var.clone())
+            .map(|(_, id)| id)
+            .collect();
+        Ok(inner
+            .named()?
+            .into_iter()
+            .filter(|(k, id, _)| {
+                members.contains(id) && !inner.is_frozen(k) && inner.created_trainable(*id)
             })
+            .map(|(.., v)| v)
             .collect())
     }
 
@@ -414,7 +421,10 @@ impl CandleStore {
     /// computes no gradient for it), and [`trainable_vars`](Self::trainable_vars)
     /// leaves it out (so an optimizer built afterwards never changes it).
     /// A model built *before* the freeze still holds the variable itself:
-    /// rebuild the optimizer from `trainable_vars`. O(rules).
+    /// rebuild the optimizer from `trainable_vars`. The rule is this
+    /// store's: the sharing layer's trainable flag (and its
+    /// `TRAINABLE_VARIABLES` collection) is left as the variable was
+    /// created, trainable for every variable this store creates. O(rules).
     ///
     /// # Errors
     /// [`Error::InvalidName`] for a malformed prefix.
@@ -541,6 +551,7 @@ impl CandleStore {
     /// O(variables × depth + bytes written).
     ///
     /// # Errors
+    /// As [`names`](Self::names) (nothing is written then);
     /// [`Error::Checkpoint`]: a tensor that cannot be copied to the host, or
     /// the write failing (nothing is left at `path` then).
     ///
@@ -558,7 +569,10 @@ impl CandleStore {
         let opts = SaveOptions::new()
             .separator(Separator::Dot)
             .with_type::<Var>();
-        Ok(checkpoint::save_store(&self.lock().store, path, &opts)?)
+        let inner = self.lock();
+        // A dotted tree name would come back as another path.
+        inner.named()?;
+        Ok(checkpoint::save_store(&inner.store, path, &opts)?)
     }
 
     /// Loads `path` (dotted names, as candle writes them): strict and atomic
@@ -607,8 +621,7 @@ impl CandleStore {
                 continue;
             };
             let shape = crate::sharing::Shape::new(var.dims().iter().copied());
-            let trainable = !inner.is_frozen(key);
-            inner.store.adopt(id, shape, trainable)?;
+            inner.store.adopt(id, shape, true)?;
         }
         Ok(report)
     }
