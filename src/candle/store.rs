@@ -13,18 +13,32 @@ use super::error::Error;
 use super::var::var_codec;
 use crate::VarId;
 use crate::checkpoint::{self, LoadOptions, LoadReport, SaveOptions, SaveReport, Separator};
-use crate::sharing::{Initializer, VarSpec, VariableStore};
+use crate::sharing::{GLOBAL_VARIABLES, TRAINABLE_VARIABLES, VariableStore};
 
 /// The store's state behind its lock.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
     store: VariableStore,
     /// Freeze rules, `(prefix, frozen)`; the longest matching prefix wins.
     rules: Vec<(String, bool)>,
     sealed: bool,
+    /// The collections a variable the store creates joins.
+    collections: Vec<String>,
     /// The variables the backend has handed out (a deleted and recreated
     /// variable has a new handle, so it counts as not asked).
     asked: FxHashSet<VarId>,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Inner {
+            store: VariableStore::default(),
+            rules: Vec::new(),
+            sealed: false,
+            collections: vec![GLOBAL_VARIABLES.to_owned(), TRAINABLE_VARIABLES.to_owned()],
+            asked: FxHashSet::default(),
+        }
+    }
 }
 
 impl Inner {
@@ -76,8 +90,8 @@ fn within(name: &str, prefix: &str) -> bool {
         || (name.starts_with(prefix) && name.as_bytes().get(prefix.len()) == Some(&b'.'))
 }
 
-/// A candle name as a tree path (`a.b.c` → `a/b/c`).
-fn to_path(name: &str) -> Result<String, Error> {
+/// Checks a candle name: dotted, no empty component, no `/`.
+fn check_name(name: &str) -> Result<(), Error> {
     let reason = if name.is_empty() {
         Some("it is empty")
     } else if name.contains('/') {
@@ -92,7 +106,7 @@ fn to_path(name: &str) -> Result<String, Error> {
             name: name.to_owned(),
             reason,
         }),
-        None => Ok(name.replace('.', "/")),
+        None => Ok(()),
     }
 }
 
@@ -101,7 +115,7 @@ fn check_prefix(prefix: &str) -> Result<(), Error> {
     if prefix.is_empty() {
         Ok(())
     } else {
-        to_path(prefix).map(drop)
+        check_name(prefix)
     }
 }
 
@@ -241,35 +255,48 @@ impl CandleStore {
         device: &Device,
     ) -> Result<Tensor, Error> {
         let shape: Shape = shape.into();
-        let path = to_path(name)?;
+        check_name(name)?;
         let mut inner = self.lock();
-        if let Some((id, var)) = existing(&inner, &path, name)? {
+        let Inner {
+            store,
+            sealed,
+            collections,
+            ..
+        } = &mut *inner;
+        // One walk: found, or made and created. Freezing is this store's
+        // rule, applied when listing and handing out; the sharing layer
+        // records every variable it makes trainable, so that `unfreeze`
+        // brings it back.
+        let (id, created) = store.get_or_make(name, '.', collections, |leaf, scope| {
+            if *sealed {
+                return Err(Error::Sealed {
+                    name: name.to_owned(),
+                });
+            }
+            init.var(shape.dims(), dtype, device)
+                .map_err(|e| crate::sharing::Error::InitFailed {
+                    name: crate::short::name(leaf),
+                    scope: crate::short::path(&scope.replace('.', "/")),
+                    source: crate::sharing::InitError::new(e),
+                })
+                .map_err(Error::from)
+        })?;
+        let tree = inner.store.tree();
+        let var = match tree.get::<Var>(id) {
+            Ok(v) => v.clone(),
+            Err(_) => {
+                return Err(Error::NotAVar {
+                    name: name.to_owned(),
+                    holds: tree
+                        .type_name(id)
+                        .map_err(crate::sharing::Error::from)?
+                        .unwrap_or("nothing"),
+                });
+            }
+        };
+        if !created {
             check_reuse(&var, name, shape.dims(), dtype, device)?;
-            return Ok(hand_out(&mut inner, name, id, &var));
         }
-        if inner.sealed {
-            return Err(Error::Sealed {
-                name: name.to_owned(),
-            });
-        }
-        // Freezing is this store's rule, applied when listing and handing
-        // out: the sharing layer records every candle variable trainable,
-        // so that `unfreeze` brings it back.
-        let dev = device.clone();
-        let spec =
-            VarSpec::new(&path)
-                .shape(shape.dims())
-                .initializer(Initializer::try_with_shape(move |s: &[usize]| {
-                    init.var(s, dtype, &dev)
-                }));
-        let root = inner.store.root_scope();
-        let id = inner.store.get_variable(&root, spec)?;
-        let var = inner
-            .store
-            .tree()
-            .get::<Var>(id)
-            .map_err(crate::sharing::Error::from)?;
-        let var = var.clone();
         Ok(hand_out(&mut inner, name, id, &var))
     }
 
@@ -288,8 +315,8 @@ impl CandleStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn var(&self, name: &str) -> Result<Option<Var>, Error> {
-        let path = to_path(name)?;
-        Ok(existing(&self.lock(), &path, name)?.map(|(_, v)| v))
+        check_name(name)?;
+        Ok(existing(&self.lock(), name)?.map(|(_, v)| v))
     }
 
     /// The dotted names of every `Var`, sorted. O(variables × depth).
@@ -611,10 +638,9 @@ impl CandleStore {
         let mut inner = self.lock();
         let report = checkpoint::load_store(&mut inner.store, path, &opts)?;
         // The variables the load made join the collections, as if the model
-        // had made them (trainable unless frozen).
+        // had made them (the store's freeze rules apply on top).
         for key in &report.created {
-            let path = key.replace('.', "/");
-            let Ok(Some(id)) = inner.store.variable(&path) else {
+            let Some(id) = inner.store.find_sep(key, '.') else {
                 continue;
             };
             let Ok(var) = inner.store.tree().get::<Var>(id) else {
@@ -627,9 +653,9 @@ impl CandleStore {
     }
 }
 
-/// The `Var` at `path` with its handle, if any.
-fn existing(inner: &Inner, path: &str, name: &str) -> Result<Option<(VarId, Var)>, Error> {
-    let Some(id) = inner.store.variable(path)? else {
+/// The `Var` named `name` (dotted, checked) with its handle, if any.
+fn existing(inner: &Inner, name: &str) -> Result<Option<(VarId, Var)>, Error> {
+    let Some(id) = inner.store.find_sep(name, '.') else {
         return Ok(None);
     };
     let tree = inner.store.tree();
@@ -703,9 +729,9 @@ impl SimpleBackend for CandleStore {
 
     /// An existing variable of any shape, checked for dtype and device.
     fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
-        let path = to_path(name)?;
+        check_name(name)?;
         let mut inner = self.lock();
-        let Some((id, var)) = existing(&inner, &path, name)? else {
+        let Some((id, var)) = existing(&inner, name)? else {
             return Err(Error::Missing {
                 name: name.to_owned(),
             }

@@ -738,6 +738,110 @@ impl VariableStore {
         );
     }
 
+    /// The variable at the full name `name` whose components are separated
+    /// by `sep` (`.` for candle names), walked from the root without
+    /// building a string; `None` if absent or if a component is empty.
+    /// O(len).
+    #[cfg(feature = "candle")]
+    pub(crate) fn find_sep(&self, name: &str, sep: char) -> Option<VarId> {
+        let (dirs, leaf) = match name.rsplit_once(sep) {
+            Some((d, l)) => (Some(d), l),
+            None => (None, name),
+        };
+        let mut k = self.tree.root_key();
+        for c in dirs.into_iter().flat_map(|d| d.split(sep)) {
+            k = self.tree.kid_key(k, self.tree.sym_of(c)?)?;
+        }
+        let v = self.tree.local_var_key(k, self.tree.sym_of(leaf)?)?;
+        Some(self.tree.var_id(v))
+    }
+
+    /// Get-or-create at the full name `name` (components separated by
+    /// `sep`) from the root, walking it once (the candle store's `get`): the
+    /// variable if one exists there, else a new one holding
+    /// `make(leaf, scope path)`'s value, with the missing scopes, recorded as
+    /// `get_variable` records a trainable variable (`collections`, its
+    /// shape, the full-name index). `make` runs before anything is created,
+    /// so its failure changes nothing. Returns the variable and whether it
+    /// was created. O(len) plus `make`.
+    ///
+    /// The caller checks that no component is empty or holds `/`.
+    #[cfg(feature = "candle")]
+    pub(crate) fn get_or_make<T, E>(
+        &mut self,
+        name: &str,
+        sep: char,
+        collections: &[String],
+        make: impl FnOnce(&str, &str) -> Result<T, E>,
+    ) -> Result<(VarId, bool), E>
+    where
+        T: HasShape + Send + Sync + 'static,
+        E: From<Error>,
+    {
+        let (dirs, leaf) = match name.rsplit_once(sep) {
+            Some((d, l)) => (d, l),
+            None => ("", name),
+        };
+        let comps: smallvec::SmallVec<[&str; 8]> = if dirs.is_empty() {
+            smallvec::SmallVec::new()
+        } else {
+            dirs.split(sep).collect()
+        };
+        let mut k = self.tree.root_key();
+        let mut found = 0;
+        for c in &comps {
+            match self.tree.sym_of(c).and_then(|s| self.tree.kid_key(k, s)) {
+                Some(kid) => {
+                    k = kid;
+                    found += 1;
+                }
+                None => break,
+            }
+        }
+        if found == comps.len() {
+            let v = self
+                .tree
+                .sym_of(leaf)
+                .and_then(|s| self.tree.local_var_key(k, s));
+            if let Some(v) = v {
+                return Ok((self.tree.var_id(v), false));
+            }
+        }
+        let value = make(leaf, dirs)?;
+        let shape = value.shape();
+        let mut first_new: Option<ScopeKey> = None;
+        let created = (|| -> Result<VarId, Error> {
+            for c in &comps[found..] {
+                k = self.tree.new_named_scope(self.tree.scope_id(k), *c)?.key;
+                first_new.get_or_insert(k);
+            }
+            self.create_var_with(k, leaf, Box::new(value))
+        })();
+        let var = match created {
+            Ok(v) => v,
+            Err(e) => {
+                if let Some(s) = first_new {
+                    let _ = self.tree.delete_scope(self.tree.scope_id(s));
+                }
+                return Err(e.into());
+            }
+        };
+        let full = if sep == '/' {
+            name.to_owned()
+        } else {
+            name.replace(sep, "/")
+        };
+        self.record_new_var(
+            var.key,
+            k,
+            &full,
+            full.len() - leaf.len(),
+            collections,
+            (shape, true, TypeId::of::<T>(), std::any::type_name::<T>()),
+        );
+        Ok((var, true))
+    }
+
     /// Records a tree variable made outside `get_variable` (a checkpoint
     /// load's `create`) as if `get_variable` had made it with `shape`:
     /// metadata, the full-name index, [`GLOBAL_VARIABLES`] and, when
