@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{CpuStorage, DType, Device, Storage, Tensor, Var};
 use half::{bf16, f16};
 
 use crate::checkpoint::{Checkpointable, Codec, Dtype, Element, Error};
@@ -47,26 +47,79 @@ pub(crate) fn candle_dtype(d: Dtype) -> Option<DType> {
     })
 }
 
-/// The elements of `t` as little-endian bytes, copied to the host.
+/// The elements of `t` as little-endian bytes: one copy out of a
+/// contiguous CPU tensor's storage; other tensors are first made
+/// contiguous on the host.
 fn host_bytes(t: &Tensor) -> candle_core::Result<Vec<u8>> {
-    fn le<E: Element + candle_core::WithDType>(t: &Tensor) -> candle_core::Result<Vec<u8>> {
-        let v = t.flatten_all()?.to_vec1::<E>()?;
-        Ok(E::slice_le_bytes(&v).into_owned())
+    fn le<E: Element>(items: &[E], (start, end): (usize, usize)) -> Vec<u8> {
+        E::slice_le_bytes(&items[start..end]).into_owned()
     }
-    let t = t.to_device(&Device::Cpu)?;
-    match t.dtype() {
-        DType::U8 => le::<u8>(&t),
-        DType::U32 => le::<u32>(&t),
-        DType::I16 => le::<i16>(&t),
-        DType::I32 => le::<i32>(&t),
-        DType::I64 => le::<i64>(&t),
-        DType::BF16 => le::<bf16>(&t),
-        DType::F16 => le::<f16>(&t),
-        DType::F32 => le::<f32>(&t),
-        DType::F64 => le::<f64>(&t),
-        other => Err(candle_core::Error::Msg(format!(
-            "scopetree checkpoints do not store {other:?}"
-        ))),
+    if !t.device().is_cpu() || !t.is_contiguous() {
+        let host = t.to_device(&Device::Cpu)?.contiguous()?;
+        return host_bytes(&host);
+    }
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cpu(cpu) = &*storage else {
+        return Err(candle_core::Error::Msg(
+            "a CPU tensor without CPU storage".into(),
+        ));
+    };
+    let range = layout
+        .contiguous_offsets()
+        .ok_or_else(|| candle_core::Error::Msg("a contiguous tensor without offsets".into()))?;
+    Ok(match cpu {
+        CpuStorage::U8(v) => le(v, range),
+        CpuStorage::U32(v) => le(v, range),
+        CpuStorage::I16(v) => le(v, range),
+        CpuStorage::I32(v) => le(v, range),
+        CpuStorage::I64(v) => le(v, range),
+        CpuStorage::BF16(v) => le(v, range),
+        CpuStorage::F16(v) => le(v, range),
+        CpuStorage::F32(v) => le(v, range),
+        CpuStorage::F64(v) => le(v, range),
+        _ => {
+            return Err(candle_core::Error::Msg(format!(
+                "scopetree checkpoints do not store {:?}",
+                t.dtype()
+            )));
+        }
+    })
+}
+
+/// A CPU `Var` of `dtype` and `shape` from elements read off `reader`
+/// straight into the tensor's memory.
+fn var_from_reader(
+    dtype: Dtype,
+    shape: &[usize],
+    nbytes: usize,
+    reader: &mut dyn std::io::Read,
+) -> Result<Var, Error> {
+    fn read<E: Element + candle_core::WithDType>(
+        n: usize,
+        shape: &[usize],
+        reader: &mut dyn std::io::Read,
+    ) -> Result<Var, Error> {
+        let v = E::read_vec(n, reader).map_err(Error::io(""))?;
+        Var::from_vec(v, shape, &Device::Cpu).map_err(bad)
+    }
+    let d = candle_dtype(dtype).ok_or_else(|| bad(format!("candle has no {dtype:?}")))?;
+    let n: Option<usize> = shape.iter().try_fold(1_usize, |a, &b| a.checked_mul(b));
+    if n.and_then(|n| n.checked_mul(d.size_in_bytes())) != Some(nbytes) {
+        return Err(bad(format!(
+            "{nbytes} bytes cannot make a {dtype:?} tensor of shape {shape:?}"
+        )));
+    }
+    let n = n.unwrap_or(0);
+    match d {
+        DType::U8 => read::<u8>(n, shape, reader),
+        DType::U32 => read::<u32>(n, shape, reader),
+        DType::I16 => read::<i16>(n, shape, reader),
+        DType::I32 => read::<i32>(n, shape, reader),
+        DType::I64 => read::<i64>(n, shape, reader),
+        DType::BF16 => read::<bf16>(n, shape, reader),
+        DType::F16 => read::<f16>(n, shape, reader),
+        DType::F32 => read::<f32>(n, shape, reader),
+        _ => read::<f64>(n, shape, reader),
     }
 }
 
@@ -110,18 +163,17 @@ impl Checkpointable for Var {
     }
 
     fn from_le_bytes(dtype: Dtype, shape: &[usize], bytes: Vec<u8>) -> Result<Self, Error> {
-        let d = candle_dtype(dtype).ok_or_else(|| bad(format!("candle has no {dtype:?}")))?;
-        let want = shape
-            .iter()
-            .try_fold(d.size_in_bytes(), |a, &b| a.checked_mul(b));
-        if want != Some(bytes.len()) {
-            return Err(bad(format!(
-                "{} bytes cannot make a {dtype:?} tensor of shape {shape:?}",
-                bytes.len()
-            )));
-        }
-        let t = Tensor::from_raw_buffer(&bytes, d, shape, &Device::Cpu).map_err(bad)?;
-        Var::from_tensor(&t).map_err(bad)
+        let n = bytes.len();
+        var_from_reader(dtype, shape, n, &mut bytes.as_slice())
+    }
+
+    fn read_le(
+        dtype: Dtype,
+        shape: &[usize],
+        nbytes: usize,
+        reader: &mut dyn std::io::Read,
+    ) -> Result<Self, Error> {
+        var_from_reader(dtype, shape, nbytes, reader)
     }
 
     fn assign(&mut self, new: Self) -> Result<(), Error> {
