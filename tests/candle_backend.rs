@@ -18,6 +18,10 @@ type R = Result<(), Box<dyn std::error::Error>>;
 
 const CPU: Device = Device::Cpu;
 
+#[path = "support/candle_tiny.rs"]
+mod candle_tiny;
+use candle_tiny::{NAMES, Tiny};
+
 fn vb(store: &CandleStore) -> VarBuilder<'static> {
     store.var_builder(DType::F32, &CPU)
 }
@@ -394,56 +398,19 @@ fn names_with_a_slash_or_an_empty_component_are_refused() -> R {
 
 // ----- freezing ---------------------------------------------------------------
 
-/// A small sequence model: emb → gru → out.
-struct Tiny {
-    emb: candle_nn::Embedding,
-    gru: candle_nn::GRU,
-    out: candle_nn::Linear,
-}
-
-impl Tiny {
-    fn build(vb: &VarBuilder) -> candle_core::Result<Self> {
-        Ok(Self {
-            emb: candle_nn::embedding(8, 4, vb.pp("emb"))?,
-            gru: candle_nn::gru(4, 5, GRUConfig::default(), vb.pp("gru"))?,
-            out: candle_nn::linear(5, 8, vb.pp("out"))?,
-        })
-    }
-
-    fn loss(&self) -> candle_core::Result<Tensor> {
-        let ids = Tensor::new(&[[1u32, 2, 3, 4], [7, 6, 5, 0]], &CPU)?;
-        let targets = Tensor::new(&[2u32, 3, 4, 5, 6, 5, 0, 1], &CPU)?;
-        let states = self.gru.seq(&self.emb.forward(&ids)?)?;
-        let hs: Vec<Tensor> = states.iter().map(|s| s.h().clone()).collect();
-        let h = Tensor::stack(&hs, 1)?; // (2, 4, 5)
-        let logits = self.out.forward(&h)?.reshape((8, 8))?;
-        candle_nn::loss::cross_entropy(&logits, &targets)
-    }
-}
-
-const TINY: [&str; 7] = [
-    "emb.weight",
-    "gru.bias_hh_l0",
-    "gru.bias_ih_l0",
-    "gru.weight_hh_l0",
-    "gru.weight_ih_l0",
-    "out.bias",
-    "out.weight",
-];
-
 #[test]
 fn a_frozen_prefix_gets_no_gradient_and_does_not_move() -> R {
     let store = CandleStore::new();
     store.freeze("emb")?;
     let model = Tiny::build(&vb(&store))?;
-    assert_eq!(store.names()?, TINY);
+    assert_eq!(store.names()?, NAMES);
     assert!(store.is_frozen("emb.weight"));
-    assert_eq!(names_of(&store, &store.trainable_vars("")?), &TINY[1..]);
+    assert_eq!(names_of(&store, &store.trainable_vars("")?), &NAMES[1..]);
 
     let emb = var(&store, "emb.weight");
     let grads = model.loss()?.backward()?;
     assert!(grads.get(emb.as_tensor()).is_none());
-    for name in &TINY[1..] {
+    for name in &NAMES[1..] {
         assert!(grads.get(var(&store, name).as_tensor()).is_some(), "{name}");
     }
 
@@ -485,7 +452,7 @@ fn unfreeze_and_trainable_lists() -> R {
     // Unfreezing the prefix: everything trainable again.
     store.unfreeze("gru")?;
     assert!(!store.is_frozen("gru.bias_ih_l0"));
-    assert_eq!(names_of(&store, &store.trainable_vars("")?), TINY);
+    assert_eq!(names_of(&store, &store.trainable_vars("")?), NAMES);
     // A model built now gets the Var's own tensor again (a gradient).
     let model = Tiny::build(&vb(&store))?;
     let grads = model.loss()?.backward()?;
@@ -657,7 +624,7 @@ fn unused_lists_the_names_the_model_never_asked_for() -> R {
 
     let fresh = CandleStore::new();
     let report = fresh.load(&path, &LoadOptions::new().create(true))?;
-    let mut all = strings(&TINY);
+    let mut all = strings(&NAMES);
     all.insert(1, "extra".to_owned()); // sorted: after emb.weight
     assert_eq!(report.created, all);
     assert_eq!(fresh.unused()?, all);
@@ -814,15 +781,15 @@ fn a_variable_deleted_and_recreated_by_a_load_is_unused_until_asked_for() -> R {
             .expect("the scope out");
         s.delete_scope(out)
     })?;
-    assert_eq!(store.names()?, TINY[..5]);
+    assert_eq!(store.names()?, NAMES[..5]);
     assert_eq!(store.unused()?, Vec::<String>::new());
 
     // The load recreates out.* under the names the model asked for before:
     // new variables, which no model holds yet.
     let report = store.load(&path, &LoadOptions::new().create(true))?;
     assert_eq!(report.created, ["out.bias", "out.weight"]);
-    assert_eq!(report.loaded, TINY);
-    assert_eq!(store.names()?, TINY);
+    assert_eq!(report.loaded, NAMES);
+    assert_eq!(store.names()?, NAMES);
     assert_eq!(store.unused()?, ["out.bias", "out.weight"]);
     assert_ne!(
         var(&store, "out.weight").as_tensor().id(),
@@ -855,7 +822,7 @@ fn a_variable_recreated_through_the_sharing_api_is_unused_until_asked_for() -> R
         s.delete_scope(emb)
     })?;
     sharing_var(&store, "emb/weight", &[8, 4]);
-    assert_eq!(store.names()?, TINY);
+    assert_eq!(store.names()?, NAMES);
     assert_eq!(store.unused()?, ["emb.weight"]);
     let model = Tiny::build(&vb(&store))?;
     assert_eq!(store.unused()?, Vec::<String>::new());

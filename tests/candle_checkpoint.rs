@@ -10,8 +10,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Module, Tensor, Var};
-use candle_nn::rnn::{GRUConfig, RNN};
+use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 use scopetree::candle::{CandleStore, Error};
 use scopetree::checkpoint::{self, DtypePolicy, LoadOptions, Mismatch};
@@ -21,44 +20,9 @@ type R = Result<(), Box<dyn std::error::Error>>;
 
 const CPU: Device = Device::Cpu;
 
-const NAMES: [&str; 7] = [
-    "emb.weight",
-    "gru.bias_hh_l0",
-    "gru.bias_ih_l0",
-    "gru.weight_hh_l0",
-    "gru.weight_ih_l0",
-    "out.bias",
-    "out.weight",
-];
-
-/// A small sequence model: emb (8 → 4) → gru (4 → 5) → out (5 → 8).
-struct Tiny {
-    emb: candle_nn::Embedding,
-    gru: candle_nn::GRU,
-    out: candle_nn::Linear,
-}
-
-impl Tiny {
-    fn build(vb: &VarBuilder) -> candle_core::Result<Self> {
-        Ok(Self {
-            emb: candle_nn::embedding(8, 4, vb.pp("emb"))?,
-            gru: candle_nn::gru(4, 5, GRUConfig::default(), vb.pp("gru"))?,
-            out: candle_nn::linear(5, 8, vb.pp("out"))?,
-        })
-    }
-
-    fn logits(&self) -> candle_core::Result<Tensor> {
-        let ids = Tensor::new(&[[1u32, 2, 3, 4], [7, 6, 5, 0]], &CPU)?;
-        let states = self.gru.seq(&self.emb.forward(&ids)?)?;
-        let hs: Vec<Tensor> = states.iter().map(|s| s.h().clone()).collect();
-        self.out.forward(&Tensor::stack(&hs, 1)?)?.reshape((8, 8))
-    }
-
-    fn loss(&self) -> candle_core::Result<Tensor> {
-        let targets = Tensor::new(&[2u32, 3, 4, 5, 6, 5, 0, 1], &CPU)?;
-        candle_nn::loss::cross_entropy(&self.logits()?, &targets)
-    }
-}
+#[path = "support/candle_tiny.rs"]
+mod candle_tiny;
+use candle_tiny::{NAMES, Tiny};
 
 fn vb(store: &CandleStore) -> VarBuilder<'static> {
     store.var_builder(DType::F32, &CPU)

@@ -745,6 +745,18 @@ mod tests {
         (tree, vars, path)
     }
 
+    /// Cuts the last `by` bytes off the file (the disk "failing" after the
+    /// checks: the data ranges no longer fit).
+    fn shrink(path: &std::path::Path, by: u64) {
+        let len = std::fs::metadata(path).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_len(len - by)
+            .unwrap();
+    }
+
     /// The disk fails mid-read (the file shrinks between the checks and the
     /// reads): by default the values read in place before the failure keep
     /// the file's bytes and the error says the tree changed.
@@ -754,13 +766,7 @@ mod tests {
         let root = tree.root();
         let opts = LoadOptions::new();
         let (plan, file) = plan(&tree, root, &path, &opts, &|_| None).unwrap();
-        let len = std::fs::metadata(&path).unwrap().len();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(len - 2000)
-            .unwrap();
+        shrink(&path, 2000);
         let err = apply(&mut tree, root, plan, file, &path, &opts).unwrap_err();
         assert!(
             matches!(&err, Error::Data { key, rolled_back: false, .. } if key == "c"),
@@ -779,13 +785,7 @@ mod tests {
         let root = tree.root();
         let opts = LoadOptions::new().rollback(true);
         let (plan, file) = plan(&tree, root, &path, &opts, &|_| None).unwrap();
-        let len = std::fs::metadata(&path).unwrap().len();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(len - 2000)
-            .unwrap();
+        shrink(&path, 2000);
         let err = apply(&mut tree, root, plan, file, &path, &opts).unwrap_err();
         assert!(
             matches!(&err, Error::Data { key, rolled_back: true, .. } if key == "c"),
@@ -808,13 +808,7 @@ mod tests {
         let root = tree.root();
         let opts = LoadOptions::new();
         let (plan, file) = plan(&tree, root, &path, &opts, &|_| None).unwrap();
-        let len = std::fs::metadata(&path).unwrap().len();
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .unwrap()
-            .set_len(len - 2000)
-            .unwrap();
+        shrink(&path, 2000);
         let err = apply(&mut tree, root, plan, file, &path, &opts).unwrap_err();
         assert!(
             matches!(
