@@ -705,7 +705,11 @@ fn check_reuse(
 
 /// The tensor `get` returns: the `Var`'s own, or a detached one if frozen.
 fn hand_out(inner: &mut Inner, name: &str, id: VarId, var: &Var) -> Tensor {
-    inner.asked.insert(id);
+    if inner.asked.insert(id) && inner.asked.len() > 2 * inner.store.tree().var_count() + 64 {
+        // Handles of deleted variables: drop them, amortised O(1) a call.
+        let tree = inner.store.tree();
+        inner.asked.retain(|v| tree.contains_var(*v));
+    }
     if inner.is_frozen(name) {
         var.as_detached_tensor()
     } else {
@@ -743,5 +747,30 @@ impl SimpleBackend for CandleStore {
 
     fn contains_tensor(&self, name: &str) -> bool {
         self.var(name).is_ok_and(|v| v.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loop that builds and deletes a layer keeps the record of handed-out
+    /// variables bounded by the live ones.
+    #[test]
+    fn the_record_of_asked_variables_stays_bounded_under_churn() {
+        let store = CandleStore::new();
+        for _ in 0..1_000 {
+            store
+                .get(2, "tmp.w", Init::Const(0.), DType::F32, &Device::Cpu)
+                .expect("created");
+            store
+                .with_store(|s| {
+                    let tmp = s.tree().kid(s.tree().root(), "tmp")?.expect("built");
+                    s.delete_scope(tmp)
+                })
+                .expect("deleted");
+        }
+        let asked = store.lock().asked.len();
+        assert!(asked <= 2 + 64, "{asked} handles kept for no live variable");
     }
 }
