@@ -256,6 +256,14 @@ fn main() -> Res<()> {
     let vocab = corpus.chars.len();
     let split = corpus.ids.len() * 9 / 10;
     let (train, held_out) = corpus.ids.split_at(split);
+    if a.seq + 2 > held_out.len() {
+        return Err(format!(
+            "--seq {} is too long: the held-out text has {} characters",
+            a.seq,
+            held_out.len()
+        )
+        .into());
+    }
     let entropy = corpus.unigram_entropy();
     println!(
         "text: lipsum::LIBER_PRIMUS, {} characters, {vocab} distinct; training on {}, holding out {}",
