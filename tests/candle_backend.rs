@@ -648,6 +648,29 @@ fn sharing_var(store: &CandleStore, path: &str, shape: &[usize]) -> scopetree::V
         .unwrap_or_else(|e| panic!("the sharing API creates {path}: {e}"))
 }
 
+/// Calls `check` with the error of every listing of `store`
+/// (`trainable_vars` both for everything and under `prefix`).
+fn each_listing_fails(store: &CandleStore, prefix: &str, check: impl Fn(&str, Error)) {
+    check("names", store.names().unwrap_err());
+    check("named_vars", store.named_vars().unwrap_err());
+    check("all_vars", store.all_vars().unwrap_err());
+    check("unused", store.unused().unwrap_err());
+    check(
+        "trainable_vars(\"\")",
+        store.trainable_vars("").unwrap_err(),
+    );
+    check(
+        &format!("trainable_vars({prefix:?})"),
+        store.trainable_vars(prefix).unwrap_err(),
+    );
+    check(
+        "trainable_vars_in",
+        store
+            .trainable_vars_in(scopetree::sharing::TRAINABLE_VARIABLES)
+            .unwrap_err(),
+    );
+}
+
 /// Asserts that every listing of `store` fails with `Error::InvalidName` for
 /// the tree path `path`.
 fn assert_invalid_everywhere(store: &CandleStore, path: &str) {
@@ -660,24 +683,7 @@ fn assert_invalid_everywhere(store: &CandleStore, path: &str) {
         }
         other => panic!("{what}: expected InvalidName, got {other:?}"),
     };
-    check("names", store.names().unwrap_err());
-    check("named_vars", store.named_vars().unwrap_err());
-    check("all_vars", store.all_vars().unwrap_err());
-    check("unused", store.unused().unwrap_err());
-    check(
-        "trainable_vars(\"\")",
-        store.trainable_vars("").unwrap_err(),
-    );
-    check(
-        "trainable_vars(\"fc\")",
-        store.trainable_vars("fc").unwrap_err(),
-    );
-    check(
-        "trainable_vars_in",
-        store
-            .trainable_vars_in(scopetree::sharing::TRAINABLE_VARIABLES)
-            .unwrap_err(),
-    );
+    each_listing_fails(store, "fc", check);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let file = dir.path().join("dotted.safetensors");
     check("save", store.save(&file).unwrap_err());
@@ -739,24 +745,7 @@ fn two_variables_with_one_dotted_name_are_a_key_collision() -> R {
         }
         other => panic!("{what}: expected KeyCollision, got {other:?}"),
     };
-    check("names", store.names().unwrap_err());
-    check("named_vars", store.named_vars().unwrap_err());
-    check("all_vars", store.all_vars().unwrap_err());
-    check("unused", store.unused().unwrap_err());
-    check(
-        "trainable_vars(\"\")",
-        store.trainable_vars("").unwrap_err(),
-    );
-    check(
-        "trainable_vars(\"a\")",
-        store.trainable_vars("a").unwrap_err(),
-    );
-    check(
-        "trainable_vars_in",
-        store
-            .trainable_vars_in(scopetree::sharing::TRAINABLE_VARIABLES)
-            .unwrap_err(),
-    );
+    each_listing_fails(&store, "a", check);
     // The candle name still reaches the scoped variable.
     assert_eq!(var(&store, "a.weight").dims(), [2]);
     Ok(())
