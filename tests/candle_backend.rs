@@ -20,7 +20,7 @@ const CPU: Device = Device::Cpu;
 
 #[path = "support/candle_tiny.rs"]
 mod candle_tiny;
-use candle_tiny::{NAMES, Tiny};
+use candle_tiny::{NAMES, Tiny, names_of};
 
 fn vb(store: &CandleStore) -> VarBuilder<'static> {
     store.var_builder(DType::F32, &CPU)
@@ -62,22 +62,6 @@ fn var(store: &CandleStore, name: &str) -> Var {
         .var(name)
         .expect("a valid name")
         .unwrap_or_else(|| panic!("no variable {name}"))
-}
-
-/// The names of `vars`, found by tensor identity among the store's.
-fn names_of(store: &CandleStore, vars: &[Var]) -> Vec<String> {
-    let named = store
-        .named_vars()
-        .expect("the store's names are valid dotted names");
-    vars.iter()
-        .map(|v| {
-            named
-                .iter()
-                .find(|(_, n)| n.as_tensor().id() == v.as_tensor().id())
-                .map(|(k, _)| k.clone())
-                .expect("a var of the store")
-        })
-        .collect()
 }
 
 fn strings(names: &[&str]) -> Vec<String> {

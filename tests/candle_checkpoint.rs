@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{DType, Device, Tensor};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
 use scopetree::candle::{CandleStore, Error};
 use scopetree::checkpoint::{self, DtypePolicy, LoadOptions, Mismatch};
@@ -22,7 +22,7 @@ const CPU: Device = Device::Cpu;
 
 #[path = "support/candle_tiny.rs"]
 mod candle_tiny;
-use candle_tiny::{NAMES, Tiny};
+use candle_tiny::{NAMES, Tiny, names_of};
 
 fn vb(store: &CandleStore) -> VarBuilder<'static> {
     store.var_builder(DType::F32, &CPU)
@@ -217,22 +217,6 @@ fn load_before_build_creates_each_variable_once() -> R {
     assert_eq!(bits(&model_b.logits()?), bits(&model_a.logits()?));
     assert_eq!(b.trainable_vars("")?.len(), 7);
     Ok(())
-}
-
-/// The names of `vars`, found by tensor identity among the store's.
-fn names_of(store: &CandleStore, vars: &[Var]) -> Vec<String> {
-    let named = store
-        .named_vars()
-        .expect("the store's names are valid dotted names");
-    vars.iter()
-        .map(|v| {
-            named
-                .iter()
-                .find(|(_, n)| n.as_tensor().id() == v.as_tensor().id())
-                .map(|(k, _)| k.clone())
-                .expect("a var of the store")
-        })
-        .collect()
 }
 
 /// The members of the sharing collection `key`, sorted by path: (tree

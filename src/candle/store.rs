@@ -281,19 +281,7 @@ impl CandleStore {
                 })
                 .map_err(Error::from)
         })?;
-        let tree = inner.store.tree();
-        let var = match tree.get::<Var>(id) {
-            Ok(v) => v.clone(),
-            Err(_) => {
-                return Err(Error::NotAVar {
-                    name: name.to_owned(),
-                    holds: tree
-                        .type_name(id)
-                        .map_err(crate::sharing::Error::from)?
-                        .unwrap_or("nothing"),
-                });
-            }
-        };
+        let var = var_at(&inner, id, name)?;
         if !created {
             check_reuse(&var, name, shape.dims(), dtype, device)?;
         }
@@ -658,9 +646,15 @@ fn existing(inner: &Inner, name: &str) -> Result<Option<(VarId, Var)>, Error> {
     let Some(id) = inner.store.find_sep(name, '.') else {
         return Ok(None);
     };
+    Ok(Some((id, var_at(inner, id, name)?)))
+}
+
+/// The `Var` variable `id` (named `name`) holds; [`Error::NotAVar`] if it
+/// holds something else or nothing.
+fn var_at(inner: &Inner, id: VarId, name: &str) -> Result<Var, Error> {
     let tree = inner.store.tree();
     match tree.get::<Var>(id) {
-        Ok(v) => Ok(Some((id, v.clone()))),
+        Ok(v) => Ok(v.clone()),
         Err(_) => Err(Error::NotAVar {
             name: name.to_owned(),
             holds: tree

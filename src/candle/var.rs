@@ -51,13 +51,22 @@ pub(crate) fn candle_dtype(d: Dtype) -> Option<DType> {
 /// contiguous CPU tensor's storage; other tensors are first made
 /// contiguous on the host.
 fn host_bytes(t: &Tensor) -> candle_core::Result<Vec<u8>> {
-    fn le<E: Element>(items: &[E], (start, end): (usize, usize)) -> Vec<u8> {
-        E::slice_le_bytes(&items[start..end]).into_owned()
+    fn le<E: Element>(items: &[E], (start, end): (usize, usize)) -> candle_core::Result<Vec<u8>> {
+        let items = items.get(start..end).ok_or_else(|| {
+            candle_core::Error::Msg(format!(
+                "a layout [{start}, {end}) past a storage of {} elements",
+                items.len()
+            ))
+        })?;
+        Ok(E::slice_le_bytes(items).into_owned())
     }
-    if !t.device().is_cpu() || !t.is_contiguous() {
-        let host = t.to_device(&Device::Cpu)?.contiguous()?;
-        return host_bytes(&host);
-    }
+    let host;
+    let t = if t.device().is_cpu() && t.is_contiguous() {
+        t
+    } else {
+        host = t.to_device(&Device::Cpu)?.contiguous()?;
+        &host
+    };
     let (storage, layout) = t.storage_and_layout();
     let Storage::Cpu(cpu) = &*storage else {
         return Err(candle_core::Error::Msg(
@@ -67,7 +76,7 @@ fn host_bytes(t: &Tensor) -> candle_core::Result<Vec<u8>> {
     let range = layout
         .contiguous_offsets()
         .ok_or_else(|| candle_core::Error::Msg("a contiguous tensor without offsets".into()))?;
-    Ok(match cpu {
+    match cpu {
         CpuStorage::U8(v) => le(v, range),
         CpuStorage::U32(v) => le(v, range),
         CpuStorage::I16(v) => le(v, range),
@@ -77,13 +86,11 @@ fn host_bytes(t: &Tensor) -> candle_core::Result<Vec<u8>> {
         CpuStorage::F16(v) => le(v, range),
         CpuStorage::F32(v) => le(v, range),
         CpuStorage::F64(v) => le(v, range),
-        _ => {
-            return Err(candle_core::Error::Msg(format!(
-                "scopetree checkpoints do not store {:?}",
-                t.dtype()
-            )));
-        }
-    })
+        _ => Err(candle_core::Error::Msg(format!(
+            "scopetree checkpoints do not store {:?}",
+            t.dtype()
+        ))),
+    }
 }
 
 /// A CPU `Var` of `dtype` and `shape` from elements read off `reader`

@@ -560,7 +560,7 @@ impl Cursor<'_> {
             nbytes,
             reader: &mut self.reader,
         };
-        let old = (codec.read_into)(tree, var, src, true).map_err(|e| self.with_path(e))?;
+        let old = (codec.read_into)(tree, var, src).map_err(|e| self.with_path(e))?;
         self.pos += nbytes as u64;
         Ok(old)
     }

@@ -524,7 +524,8 @@ pub(crate) struct Codec {
     pub(crate) stage: fn(Source<'_>) -> Result<Old, Error>,
     /// Writes a staged value into the variable's value in place.
     pub(crate) assign: fn(&mut crate::ScopeTree, crate::VarId, Old) -> Result<(), Error>,
-    /// Reads a value and puts it in the variable; returns the old value.
+    /// Reads a value into the variable's value in place, or (when the
+    /// value declines) replaces it; returns the replaced value.
     pub(crate) read_into: ReadInto,
     /// Puts an old value back (undo).
     pub(crate) restore: fn(&mut crate::ScopeTree, crate::VarId, Old) -> Result<(), crate::Error>,
@@ -535,10 +536,10 @@ pub(crate) struct Codec {
     pub(crate) builtin: bool,
 }
 
-/// Reads a value into a variable (in place when the flag is set and the
-/// value fits); returns the replaced value, for undo.
+/// Reads a value into a variable, in place where the value fits; returns
+/// the replaced value, for undo.
 pub(crate) type ReadInto =
-    fn(&mut crate::ScopeTree, crate::VarId, Source<'_>, bool) -> Result<Option<Old>, Error>;
+    fn(&mut crate::ScopeTree, crate::VarId, Source<'_>) -> Result<Option<Old>, Error>;
 
 /// Where a load's value comes from: straight from the file, or from bytes
 /// already converted to the target dtype.
@@ -607,16 +608,15 @@ fn read_into<T: Checkpointable>(
     tree: &mut crate::ScopeTree,
     var: crate::VarId,
     src: Source<'_>,
-    in_place: bool,
 ) -> Result<Option<Old>, Error> {
-    // Without undo, a value of the right size takes the bytes where it is.
+    // A value of the right type and size takes the bytes where it is.
     let src = match src {
         Source::Reader {
             dtype,
             shape,
             nbytes,
             reader,
-        } if in_place && tree.is::<T>(var)? => {
+        } if tree.is::<T>(var)? => {
             let v = tree.get_mut::<T>(var)?;
             if v.read_le_in_place(dtype, shape, nbytes, reader)? {
                 return Ok(None);
@@ -630,11 +630,7 @@ fn read_into<T: Checkpointable>(
         }
         other => other,
     };
-    let value = build::<T>(src)?;
-    // An uninitialised variable is simply set (`replace` returns `None`);
-    // the load checked beforehand that an initialised one holds a `T`.
-    let old = tree.replace::<T>(var, value)?;
-    Ok(old.map(|v| Box::new(v) as Old))
+    put::<T>(tree, var, stage::<T>(src)?)
 }
 
 fn restore<T: Checkpointable>(
@@ -642,7 +638,7 @@ fn restore<T: Checkpointable>(
     var: crate::VarId,
     old: Old,
 ) -> Result<(), crate::Error> {
-    // The undo log only holds values `read_into::<T>` took out.
+    // The undo log only holds values `read_into::<T>` or `put::<T>` took out.
     match old.downcast::<T>() {
         Ok(v) => tree.set(var, *v),
         Err(_) => Ok(()),

@@ -1,9 +1,11 @@
 //! The small sequence model the candle tests build: `emb` (8 → 4), `gru`
-//! (4 → 5), `out` (5 → 8), on a fixed batch of two sequences of 4 tokens.
+//! (4 → 5), `out` (5 → 8), on a fixed batch of two sequences of 4 tokens;
+//! and how to name a list of the store's `Var`s.
 
-use candle_core::{Device, Module, Tensor};
+use candle_core::{Device, Module, Tensor, Var};
 use candle_nn::VarBuilder;
 use candle_nn::rnn::{GRUConfig, RNN};
+use scopetree::candle::CandleStore;
 
 /// Its 7 variables, sorted.
 pub const NAMES: [&str; 7] = [
@@ -46,4 +48,20 @@ impl Tiny {
         let targets = Tensor::new(&[2u32, 3, 4, 5, 6, 5, 0, 1], &Device::Cpu)?;
         candle_nn::loss::cross_entropy(&self.logits()?, &targets)
     }
+}
+
+/// The names of `vars`, found by tensor identity among the store's.
+pub fn names_of(store: &CandleStore, vars: &[Var]) -> Vec<String> {
+    let named = store
+        .named_vars()
+        .expect("the store's names are valid dotted names");
+    vars.iter()
+        .map(|v| {
+            named
+                .iter()
+                .find(|(_, n)| n.as_tensor().id() == v.as_tensor().id())
+                .map(|(k, _)| k.clone())
+                .expect("a var of the store")
+        })
+        .collect()
 }
