@@ -91,16 +91,27 @@ fn within(name: &str, prefix: &str) -> bool {
 }
 
 /// Checks a candle name: dotted, no empty component, no `/`.
+/// One pass over the bytes: `VarBuilder` calls this on every `get`.
 fn check_name(name: &str) -> Result<(), Error> {
-    let reason = if name.is_empty() {
-        Some("it is empty")
-    } else if name.contains('/') {
-        Some("it contains `/`, which the tree uses between scopes")
-    } else if name.split('.').any(str::is_empty) {
-        Some("it has an empty component")
-    } else {
-        None
-    };
+    let mut reason = None;
+    // At the start, after a `.`: a `.` or the end here is an empty component.
+    let mut boundary = true;
+    for &b in name.as_bytes() {
+        if b == b'/' {
+            reason = Some("it contains `/`, which the tree uses between scopes");
+            break;
+        }
+        let dot = b == b'.';
+        if dot && boundary {
+            reason = Some("it has an empty component");
+        }
+        boundary = dot;
+    }
+    if name.is_empty() {
+        reason = Some("it is empty");
+    } else if boundary && reason.is_none() {
+        reason = Some("it has an empty component");
+    }
     match reason {
         Some(reason) => Err(Error::InvalidName {
             name: name.to_owned(),
@@ -267,7 +278,7 @@ impl CandleStore {
         // rule, applied when listing and handing out; the sharing layer
         // records every variable it makes trainable, so that `unfreeze`
         // brings it back.
-        let (id, created) = store.get_or_make(name, '.', collections, |leaf, scope| {
+        let (id, created) = store.get_or_make(name, b'.', collections, |leaf, scope| {
             if *sealed {
                 return Err(Error::Sealed {
                     name: name.to_owned(),
@@ -628,7 +639,7 @@ impl CandleStore {
         // The variables the load made join the collections, as if the model
         // had made them (the store's freeze rules apply on top).
         for key in &report.created {
-            let Some(id) = inner.store.find_sep(key, '.') else {
+            let Some(id) = inner.store.find_sep(key, b'.') else {
                 continue;
             };
             let Ok(var) = inner.store.tree().get::<Var>(id) else {
@@ -643,7 +654,7 @@ impl CandleStore {
 
 /// The `Var` named `name` (dotted, checked) with its handle, if any.
 fn existing(inner: &Inner, name: &str) -> Result<Option<(VarId, Var)>, Error> {
-    let Some(id) = inner.store.find_sep(name, '.') else {
+    let Some(id) = inner.store.find_sep(name, b'.') else {
         return Ok(None);
     };
     Ok(Some((id, var_at(inner, id, name)?)))
@@ -739,14 +750,58 @@ impl SimpleBackend for CandleStore {
         Ok(hand_out(&mut inner, name, id, &var))
     }
 
+    /// Whether `name` is a `Var` of the store (what [`var`](CandleStore::var)
+    /// finds, without cloning it: `layer_norm` asks this on every build).
     fn contains_tensor(&self, name: &str) -> bool {
-        self.var(name).is_ok_and(|v| v.is_some())
+        if check_name(name).is_err() {
+            return false;
+        }
+        let inner = self.lock();
+        let store = &inner.store;
+        store
+            .find_sep(name, b'.')
+            .is_some_and(|id| store.tree().get::<Var>(id).is_ok())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one-pass check gives the reason the plain definition gives, for
+    /// every name of up to five characters over `a`, `.`, `/` and `é`.
+    #[test]
+    fn the_name_check_agrees_with_its_definition() {
+        fn reference(name: &str) -> Option<&'static str> {
+            if name.is_empty() {
+                Some("it is empty")
+            } else if name.contains('/') {
+                Some("it contains `/`, which the tree uses between scopes")
+            } else if name.split('.').any(str::is_empty) {
+                Some("it has an empty component")
+            } else {
+                None
+            }
+        }
+        let alphabet = ['a', '.', '/', 'é'];
+        let mut names = vec![String::new()];
+        let mut checked = 0;
+        for _ in 0..5 {
+            let mut longer = Vec::new();
+            for n in &names {
+                let got = match check_name(n) {
+                    Ok(()) => None,
+                    Err(Error::InvalidName { reason, .. }) => Some(reason),
+                    Err(e) => panic!("{n:?}: {e}"),
+                };
+                assert_eq!(got, reference(n), "{n:?}");
+                checked += 1;
+                longer.extend(alphabet.iter().map(|c| format!("{n}{c}")));
+            }
+            names = longer;
+        }
+        assert_eq!(checked, 1 + 4 + 16 + 64 + 256);
+    }
 
     /// A loop that builds and deletes a layer keeps the record of handed-out
     /// variables bounded by the live ones.

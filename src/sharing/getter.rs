@@ -478,7 +478,7 @@ fn create(
     store.record_new_var(
         var.key,
         place,
-        &args.name,
+        std::sync::Arc::from(args.name.as_str()),
         leaf_at,
         &args.collections,
         (shape, args.trainable, args.ty.id, args.ty.name),

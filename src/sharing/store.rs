@@ -81,6 +81,9 @@ pub struct VariableStore {
     /// Creation number of the next variable the store creates.
     next_seq: u64,
     names: FullNames,
+    /// Scratch space for the `/`-joined full name of a candle name.
+    #[cfg(feature = "candle")]
+    name_buf: Vec<u8>,
 }
 
 const _: () = {
@@ -137,6 +140,8 @@ impl VariableStore {
             collections: Collections::default(),
             next_seq: 0,
             names: FullNames::default(),
+            #[cfg(feature = "candle")]
+            name_buf: Vec::new(),
         }
     }
 
@@ -706,7 +711,7 @@ impl VariableStore {
         &mut self,
         var: VarKey,
         owner: ScopeKey,
-        full: &str,
+        full: Arc<str>,
         leaf_at: usize,
         collections: &[String],
         meta: (Shape, bool, TypeId, &'static str),
@@ -714,14 +719,13 @@ impl VariableStore {
         self.journal.created(Undo::NewVar(var));
         let seq = self.next_seq;
         self.next_seq += 1;
-        let mut joined: Vec<&str> = Vec::with_capacity(collections.len());
-        for c in collections {
-            if !joined.contains(&c.as_str()) {
-                joined.push(c);
+        let mut joined = 0;
+        for (i, c) in collections.iter().enumerate() {
+            if !collections[..i].contains(c) {
+                joined += 1;
                 self.collections.push(c, seq, var);
             }
         }
-        let full: Arc<str> = Arc::from(full);
         self.names
             .insert(&self.tree, Arc::clone(&full), leaf_at, var, owner);
         let (shape, trainable, type_id, type_name) = meta;
@@ -732,7 +736,7 @@ impl VariableStore {
                 trainable,
                 type_id,
                 type_name,
-                entries: joined.len(),
+                entries: joined,
                 full,
             },
         );
@@ -743,16 +747,14 @@ impl VariableStore {
     /// building a string; `None` if absent or if a component is empty.
     /// O(len).
     #[cfg(feature = "candle")]
-    pub(crate) fn find_sep(&self, name: &str, sep: char) -> Option<VarId> {
-        let (dirs, leaf) = match name.rsplit_once(sep) {
-            Some((d, l)) => (Some(d), l),
-            None => (None, name),
-        };
+    pub(crate) fn find_sep(&self, name: &str, sep: u8) -> Option<VarId> {
         let mut k = self.tree.root_key();
-        for c in dirs.into_iter().flat_map(|d| d.split(sep)) {
-            k = self.tree.kid_key(k, self.tree.sym_of(c)?)?;
+        let mut rest = name;
+        while let Some(i) = find_byte(rest, sep) {
+            k = self.tree.kid_key(k, self.tree.sym_of(&rest[..i])?)?;
+            rest = &rest[i + 1..];
         }
-        let v = self.tree.local_var_key(k, self.tree.sym_of(leaf)?)?;
+        let v = self.tree.local_var_key(k, self.tree.sym_of(rest)?)?;
         Some(self.tree.var_id(v))
     }
 
@@ -770,7 +772,7 @@ impl VariableStore {
     pub(crate) fn get_or_make<T, E>(
         &mut self,
         name: &str,
-        sep: char,
+        sep: u8,
         collections: &[String],
         make: impl FnOnce(&str, &str) -> Result<T, E>,
     ) -> Result<(VarId, bool), E>
@@ -778,42 +780,43 @@ impl VariableStore {
         T: HasShape + Send + Sync + 'static,
         E: From<Error>,
     {
-        let (dirs, leaf) = match name.rsplit_once(sep) {
-            Some((d, l)) => (d, l),
-            None => ("", name),
-        };
-        let comps: smallvec::SmallVec<[&str; 8]> = if dirs.is_empty() {
-            smallvec::SmallVec::new()
-        } else {
-            dirs.split(sep).collect()
-        };
+        // Walk the existing part of the name; `rest` is what is left of it
+        // (the scopes to create, then the leaf) when the walk stops.
         let mut k = self.tree.root_key();
-        let mut found = 0;
-        for c in &comps {
-            match self.tree.sym_of(c).and_then(|s| self.tree.kid_key(k, s)) {
-                Some(kid) => {
-                    k = kid;
-                    found += 1;
-                }
-                None => break,
-            }
-        }
-        if found == comps.len() {
-            let v = self
+        let mut rest = name;
+        while let Some(i) = find_byte(rest, sep) {
+            let kid = self
                 .tree
-                .sym_of(leaf)
-                .and_then(|s| self.tree.local_var_key(k, s));
-            if let Some(v) = v {
-                return Ok((self.tree.var_id(v), false));
-            }
+                .sym_of(&rest[..i])
+                .and_then(|s| self.tree.kid_key(k, s));
+            let Some(kid) = kid else { break };
+            k = kid;
+            rest = &rest[i + 1..];
         }
+        let (missing, leaf) = match rest.bytes().rposition(|b| b == sep) {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => {
+                let v = self
+                    .tree
+                    .sym_of(rest)
+                    .and_then(|s| self.tree.local_var_key(k, s));
+                if let Some(v) = v {
+                    return Ok((self.tree.var_id(v), false));
+                }
+                ("", rest)
+            }
+        };
+        let leaf_at = name.len() - leaf.len();
+        let dirs = &name[..leaf_at.saturating_sub(1)];
         let value = make(leaf, dirs)?;
         let shape = value.shape();
         let mut first_new: Option<ScopeKey> = None;
         let created = (|| -> Result<VarId, Error> {
-            for c in &comps[found..] {
-                k = self.tree.new_named_scope(self.tree.scope_id(k), *c)?.key;
-                first_new.get_or_insert(k);
+            if !missing.is_empty() {
+                for c in missing.split(char::from(sep)) {
+                    k = self.tree.new_named_scope(self.tree.scope_id(k), c)?.key;
+                    first_new.get_or_insert(k);
+                }
             }
             self.create_var_with(k, leaf, Box::new(value))
         })();
@@ -826,16 +829,24 @@ impl VariableStore {
                 return Err(e.into());
             }
         };
-        let full = if sep == '/' {
-            name.to_owned()
+        let full: Arc<str> = if sep == b'/' {
+            Arc::from(name)
         } else {
-            name.replace(sep, "/")
+            // One allocation for the full name, through a reused buffer; an
+            // ASCII byte for another keeps the text UTF-8.
+            self.name_buf.clear();
+            self.name_buf
+                .extend(name.bytes().map(|b| if b == sep { b'/' } else { b }));
+            match std::str::from_utf8(&self.name_buf) {
+                Ok(full) => Arc::from(full),
+                Err(_) => Arc::from(name.replace(char::from(sep), "/")),
+            }
         };
         self.record_new_var(
             var.key,
             k,
-            &full,
-            full.len() - leaf.len(),
+            full,
+            leaf_at,
             collections,
             (shape, true, TypeId::of::<T>(), std::any::type_name::<T>()),
         );
@@ -870,7 +881,7 @@ impl VariableStore {
         self.record_new_var(
             var.key,
             owner,
-            &full,
+            Arc::from(full),
             leaf_at,
             &collections,
             (shape, trainable, type_id, type_name),
@@ -1123,4 +1134,12 @@ impl VariableStore {
             .maybe_compact(|v| var_meta.contains_key(v) && tree.var_is_live(v));
         Ok(())
     }
+}
+
+/// The first `b` (an ASCII byte) in `s`: a plain loop, cheaper than a
+/// `char` search on the short components of a candle name. O(len).
+#[cfg(feature = "candle")]
+fn find_byte(s: &str, b: u8) -> Option<usize> {
+    debug_assert!(b.is_ascii());
+    s.bytes().position(|c| c == b)
 }
