@@ -7,6 +7,9 @@
 //!   the same file; `raw_write_atomic`: the same bytes written to a new
 //!   temporary file beside the target, renamed over it (what an atomic save
 //!   must do, with `std::fs`).
+//! - Each timed run of the three writers starts after the file it replaces
+//!   was flushed to disk, untimed (see `support/timing.rs`), so no writer pays for
+//!   writeback that another left pending.
 //! - `load`: a strict `checkpoint::load` into the built tree (the default:
 //!   values that fit overwritten in place) and `load_rollback` with
 //!   `rollback(true)` (every tensor read into new memory first).
@@ -32,6 +35,10 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use scopetree::checkpoint::{self, Checkpointable, LoadOptions, SaveOptions};
 use scopetree::{ScopeTree, VarId};
+
+#[path = "support/timing.rs"]
+mod timing;
+use timing::after_sync;
 
 const TENSORS: usize = 256;
 
@@ -90,12 +97,16 @@ fn bench(c: &mut Criterion) {
         .throughput(Throughput::Bytes(bytes as u64));
 
     g.bench_function("save", |b| {
-        b.iter(|| checkpoint::save(&tree, tree.root(), &st, &SaveOptions::new()).unwrap())
+        after_sync(b, &st, || {
+            checkpoint::save(&tree, tree.root(), &st, &SaveOptions::new()).unwrap();
+        })
     });
-    g.bench_function("raw_write", |b| b.iter(|| raw_write(&tree, &vars, &raw)));
+    g.bench_function("raw_write", |b| {
+        after_sync(b, &raw, || raw_write(&tree, &vars, &raw))
+    });
     let tmp = dir.join("model.raw.tmp");
     g.bench_function("raw_write_atomic", |b| {
-        b.iter(|| {
+        after_sync(b, &raw, || {
             raw_write(&tree, &vars, &tmp);
             std::fs::rename(&tmp, &raw).unwrap();
         })

@@ -13,6 +13,9 @@
 //!   the same weights (the bench asserts bit-identical losses before and
 //!   after a first step). `varmap_again` repeats the `VarMap` step after
 //!   scopetree's, as a measure of the machine's drift.
+//! - `candle_step_interleaved/{varmap,scopetree}`: the same two steps, each
+//!   iteration running one step of each store in alternating order and
+//!   timing only its own (the drift between functions cancels).
 //! - `candle_save/{varmap,scopetree}` and `candle_load/{varmap,scopetree}`:
 //!   that model's parameters to a `.safetensors` file and back into the
 //!   built model (`VarMap::save`/`load`; `CandleStore::save`/`load`, strict
@@ -29,6 +32,10 @@ use candle_nn::{AdamW, Embedding, LayerNorm, Linear, Optimizer, ParamsAdamW, Var
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use scopetree::candle::CandleStore;
 use scopetree::checkpoint::LoadOptions;
+
+#[path = "../../support/timing.rs"]
+mod timing;
+use timing::interleaved;
 
 /// The shape of the transformer.
 #[derive(Clone, Copy, Debug)]
@@ -308,6 +315,44 @@ fn step_bench(c: &mut Criterion) {
         bn.iter(|| step(&theirs, &mut opt_v, black_box(&b)).unwrap())
     });
     g.finish();
+
+    // The same two steps interleaved: every iteration of either function
+    // runs one step of each store, in alternating order, and times only its
+    // own store's. Both medians then come from the same minutes of the
+    // machine, so drift between benchmark functions (the A/A gap above)
+    // cannot show up as a gap between the stores.
+    let mut g = c.benchmark_group("candle_step_interleaved");
+    g.bench_function("varmap", |bn| {
+        bn.iter_custom(|iters| {
+            interleaved(
+                iters,
+                || {
+                    step(&theirs, &mut opt_v, black_box(&b)).unwrap();
+                },
+                || {
+                    step(&ours, &mut opt_s, black_box(&b)).unwrap();
+                },
+            )
+        })
+    });
+    g.bench_function("scopetree", |bn| {
+        bn.iter_custom(|iters| {
+            interleaved(
+                iters,
+                || {
+                    step(&ours, &mut opt_s, black_box(&b)).unwrap();
+                },
+                || {
+                    step(&theirs, &mut opt_v, black_box(&b)).unwrap();
+                },
+            )
+        })
+    });
+    g.finish();
+    // Still the same weights after every step either store took.
+    let lv = step(&theirs, &mut opt_v, &b).unwrap();
+    let ls = step(&ours, &mut opt_s, &b).unwrap();
+    assert_eq!(lv.to_bits(), ls.to_bits());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -22,6 +22,10 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use scopetree::ScopeTree;
 use scopetree::checkpoint::{self, LoadOptions, SaveOptions, Separator};
 
+#[path = "../../support/timing.rs"]
+mod timing;
+use timing::after_sync;
+
 const TENSORS: usize = 256;
 
 fn total_mib() -> usize {
@@ -82,10 +86,15 @@ fn bench(c: &mut Criterion) {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(12))
         .throughput(Throughput::Bytes(bytes as u64));
+    // Each timed save starts with the file it replaces flushed to disk.
     g.bench_function("scopetree_save", |b| {
-        b.iter(|| checkpoint::save(&tree, tree.root(), &ours, &save_opts).unwrap())
+        after_sync(b, &ours, || {
+            checkpoint::save(&tree, tree.root(), &ours, &save_opts).unwrap();
+        })
     });
-    g.bench_function("candle_save", |b| b.iter(|| map.save(&theirs).unwrap()));
+    g.bench_function("candle_save", |b| {
+        after_sync(b, &theirs, || map.save(&theirs).unwrap())
+    });
     // The two files hold the same tensors under the same names.
     assert_eq!(
         std::fs::read(&ours).unwrap(),
