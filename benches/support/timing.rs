@@ -33,14 +33,33 @@ pub fn after_sync(b: &mut criterion::Bencher<'_>, target: &Path, mut write: impl
 /// the other's work measure over the same minutes of the machine, so drift
 /// between functions cannot show up as a gap between them.
 pub fn interleaved(iters: u64, mut timed: impl FnMut(), mut other: impl FnMut()) -> Duration {
+    interleaved_timed(
+        iters,
+        || {
+            let start = Instant::now();
+            timed();
+            start.elapsed()
+        },
+        || {
+            other();
+            Duration::ZERO
+        },
+    )
+}
+
+/// As [`interleaved`], for runs that time themselves (to leave their setup
+/// and drops out): the sum of the durations `timed` returns.
+pub fn interleaved_timed(
+    iters: u64,
+    mut timed: impl FnMut() -> Duration,
+    mut other: impl FnMut() -> Duration,
+) -> Duration {
     let mut total = Duration::ZERO;
     for i in 0..iters {
         if i % 2 == 1 {
             other();
         }
-        let start = Instant::now();
-        timed();
-        total += start.elapsed();
+        total += timed();
         if i % 2 == 0 {
             other();
         }

@@ -8,11 +8,16 @@
 //!   16 layers, 4 heads; `d64` has `d_model` 64, `d8` has `d_model` 8 so
 //!   that every tensor is tiny and the per-name cost (name joining, locking,
 //!   lookup, insertion) dominates the random initialisation.
+//! - `candle_build_interleaved/{varmap,scopetree}/d{64,8}`: the same
+//!   builds, each iteration building through both stores in alternating
+//!   order and timing only its own (store creation and drops untimed).
 //! - `candle_step/{varmap,scopetree}`: one training step (forward, backward,
 //!   AdamW step) of the `d64` model built once through each store, both from
 //!   the same weights (the bench asserts bit-identical losses before and
 //!   after a first step). `varmap_again` repeats the `VarMap` step after
-//!   scopetree's, as a measure of the machine's drift.
+//!   scopetree's, as a measure of the machine's drift. Every function starts
+//!   from the initial weights with a fresh optimizer: the step's cost follows
+//!   the training state (the one batch is learnt until gradients get tiny).
 //! - `candle_step_interleaved/{varmap,scopetree}`: the same two steps, each
 //!   iteration running one step of each store in alternating order and
 //!   timing only its own (the drift between functions cancels).
@@ -26,6 +31,7 @@
 
 use std::hint::black_box;
 use std::path::Path;
+use std::time::Instant;
 
 use candle_core::{D, DType, Device, Module, Result, Tensor};
 use candle_nn::{AdamW, Embedding, LayerNorm, Linear, Optimizer, ParamsAdamW, VarBuilder, VarMap};
@@ -35,7 +41,7 @@ use scopetree::checkpoint::LoadOptions;
 
 #[path = "../../support/timing.rs"]
 mod timing;
-use timing::interleaved;
+use timing::{interleaved, interleaved_timed};
 
 /// The shape of the transformer.
 #[derive(Clone, Copy, Debug)]
@@ -265,6 +271,39 @@ fn build_bench(c: &mut Criterion) {
         });
     }
     g.finish();
+
+    // The same builds interleaved: every iteration builds the model through
+    // both stores, in alternating order, and times only its own store's
+    // build (store creation and drops untimed).
+    let mut g = c.benchmark_group("candle_build_interleaved");
+    for (label, cfg) in [("d64", D64), ("d8", D8)] {
+        let ours = || {
+            let store = CandleStore::new();
+            let start = Instant::now();
+            let model = build(&store.var_builder(DType::F32, &Device::Cpu), black_box(cfg));
+            let took = start.elapsed();
+            drop((model.unwrap(), store));
+            took
+        };
+        let theirs = || {
+            let map = VarMap::new();
+            let start = Instant::now();
+            let model = build(
+                &VarBuilder::from_varmap(&map, DType::F32, &Device::Cpu),
+                black_box(cfg),
+            );
+            let took = start.elapsed();
+            drop((model.unwrap(), map));
+            took
+        };
+        g.bench_function(BenchmarkId::new("varmap", label), |b| {
+            b.iter_custom(|iters| interleaved_timed(iters, theirs, ours))
+        });
+        g.bench_function(BenchmarkId::new("scopetree", label), |b| {
+            b.iter_custom(|iters| interleaved_timed(iters, ours, theirs))
+        });
+    }
+    g.finish();
 }
 
 /// A scratch directory of this process.
@@ -285,12 +324,25 @@ fn twin_models(dir: &Path) -> (VarMap, Gpt, CandleStore, Gpt) {
     (map, theirs, store, ours)
 }
 
+/// Both models back to the initial weights `init`, with fresh optimizers:
+/// a step's cost follows the training state (this one batch is learnt until
+/// the gradients get tiny), so every benchmark function starts from the
+/// same state.
+fn level(map: &mut VarMap, store: &CandleStore, init: &Path) -> (AdamW, AdamW) {
+    map.load(init).unwrap();
+    store.load(init, &LoadOptions::new()).unwrap();
+    (
+        adamw(map.all_vars()),
+        adamw(store.trainable_vars("").unwrap()),
+    )
+}
+
 fn step_bench(c: &mut Criterion) {
     let dir = scratch();
-    let (map, theirs, store, ours) = twin_models(&dir);
+    let (mut map, theirs, store, ours) = twin_models(&dir);
+    let init = dir.join("init.safetensors");
     let b = batch(D64).unwrap();
-    let mut opt_v = adamw(map.all_vars());
-    let mut opt_s = adamw(store.trainable_vars("").unwrap());
+    let (mut opt_v, mut opt_s) = level(&mut map, &store, &init);
     // Same weights, same work: the losses agree bit for bit before and after
     // a first step.
     for _ in 0..2 {
@@ -301,9 +353,11 @@ fn step_bench(c: &mut Criterion) {
     }
 
     let mut g = c.benchmark_group("candle_step");
+    let (mut opt_v, _) = level(&mut map, &store, &init);
     g.bench_function("varmap", |bn| {
         bn.iter(|| step(&theirs, &mut opt_v, black_box(&b)).unwrap())
     });
+    let (_, mut opt_s) = level(&mut map, &store, &init);
     g.bench_function("scopetree", |bn| {
         bn.iter(|| step(&ours, &mut opt_s, black_box(&b)).unwrap())
     });
@@ -311,6 +365,7 @@ fn step_bench(c: &mut Criterion) {
     // The two steps do the same arithmetic on the same tensors, so a gap
     // between `varmap` and `scopetree` no wider than the one between
     // `varmap` and `varmap_again` is the machine, not the store.
+    let (mut opt_v, _) = level(&mut map, &store, &init);
     g.bench_function("varmap_again", |bn| {
         bn.iter(|| step(&theirs, &mut opt_v, black_box(&b)).unwrap())
     });
@@ -321,6 +376,7 @@ fn step_bench(c: &mut Criterion) {
     // own store's. Both medians then come from the same minutes of the
     // machine, so drift between benchmark functions (the A/A gap above)
     // cannot show up as a gap between the stores.
+    let (mut opt_v, mut opt_s) = level(&mut map, &store, &init);
     let mut g = c.benchmark_group("candle_step_interleaved");
     g.bench_function("varmap", |bn| {
         bn.iter_custom(|iters| {
@@ -349,7 +405,7 @@ fn step_bench(c: &mut Criterion) {
         })
     });
     g.finish();
-    // Still the same weights after every step either store took.
+    // Still the same weights: every iteration stepped both models.
     let lv = step(&theirs, &mut opt_v, &b).unwrap();
     let ls = step(&ours, &mut opt_s, &b).unwrap();
     assert_eq!(lv.to_bits(), ls.to_bits());
