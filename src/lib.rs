@@ -63,6 +63,7 @@ pub mod candle;
 pub mod checkpoint;
 pub mod diagnostics;
 mod dump;
+mod entry;
 mod error;
 mod layer_api;
 mod lookup;
@@ -79,6 +80,7 @@ mod workers;
 
 pub use arena::{ScopeId, Symbol, TreeTag, VarId};
 pub use dump::{Dot, Dump};
+pub use entry::{OccupiedVar, VacantVar, VarEntry};
 pub use error::{Error, InvalidNameReason, short_type_name};
 pub use names::{Name, NameRef, SEPARATOR, validate_name};
 pub use resolver::Resolver;

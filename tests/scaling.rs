@@ -828,6 +828,54 @@ fn var_existing_in_a_wide_scope() {
     debug_assertions,
     ignore = "timing test: run with cargo test --release"
 )]
+fn var_entry_insert_in_a_wide_scope() {
+    Scaling::new(
+        "var_entry(root, v_i).or_insert_with(..) up to n new variables in one scope",
+        "variable",
+        SMALL,
+        LARGE,
+    )
+    .fresh()
+    .check(
+        |n| (ScopeTree::new(), names("v", n)),
+        |(tree, names), i| {
+            let root = tree.root();
+            *tree
+                .var_entry(root, &names[i])
+                .unwrap()
+                .or_insert_with(|| 0_u64)
+                .unwrap() += 1;
+        },
+    );
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "timing test: run with cargo test --release"
+)]
+fn var_entry_existing_in_a_wide_scope() {
+    Scaling::new(
+        "var_entry(root, v_i) of an existing variable among n in one scope",
+        "call",
+        SMALL,
+        LARGE,
+    )
+    .ops(|_| READS)
+    .check(wide, |w, i| {
+        let j = pick(i, w.vars.len());
+        assert_eq!(
+            w.tree.var_entry(w.scope, &w.names[j]).unwrap().id(),
+            Some(w.vars[j])
+        );
+    });
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "timing test: run with cargo test --release"
+)]
 fn find_local_var_in_a_wide_scope() {
     Scaling::new(
         "find_local_var(root, v_i) among n variables in one scope",
