@@ -189,6 +189,8 @@ enum Op {
     /// enough for the dump's `[depth N]` lines and long deletions.
     Chain(SRef, usize),
     Var(SRef, NRef),
+    /// `var_entry`, then `or_create` (`true`) or only `id` (`false`).
+    VarEntry(SRef, NRef, bool),
     CreateVar(SRef, NRef),
     UniqueVar(SRef, NRef),
     /// `var` for `n` consecutive plain names from `start`.
@@ -274,6 +276,7 @@ fn op() -> impl Strategy<Value = Op> {
     ];
     let vars = prop_oneof![
         8 => (sref(), nref()).prop_map(|(s, n)| Op::Var(s, n)),
+        3 => (sref(), nref(), any::<bool>()).prop_map(|(s, n, c)| Op::VarEntry(s, n, c)),
         3 => (sref(), nref()).prop_map(|(s, n)| Op::CreateVar(s, n)),
         2 => (sref(), nref()).prop_map(|(s, n)| Op::UniqueVar(s, n)),
         2 => (sref(), 0..96usize, 1..40usize).prop_map(|(s, a, n)| Op::Fill(s, a, n)),
@@ -979,6 +982,25 @@ impl Harness {
                 let a = self.arg(*n);
                 self.do_var(sid, sm, &a)?;
             }
+            Op::VarEntry(s, n, true) => {
+                let (sid, sm) = self.scope(*s);
+                let a = self.arg(*n);
+                let act = self
+                    .tree
+                    .var_entry(sid, a.as_ref())
+                    .and_then(|e| e.or_create());
+                self.check_var(act, sid, sm, &a, "var_entry.or_create")?;
+            }
+            Op::VarEntry(s, n, false) => {
+                let (sid, sm) = self.scope(*s);
+                let a = self.arg(*n);
+                let act = self.tree.var_entry(sid, a.as_ref()).map(|e| e.id());
+                let exp = self.m_scope(sid, sm).and_then(|si| {
+                    let name = self.m_name(&a)?;
+                    Ok(self.m_local(si, &name).map(|v| self.vids[v]))
+                });
+                same!(act, exp, "var_entry({sid:?}, {:?}).id()", a.text);
+            }
             Op::Fill(s, start, n) => {
                 let (sid, sm) = self.scope(*s);
                 let plain = names().len() - INVALID;
@@ -1375,16 +1397,34 @@ impl Harness {
 
     fn do_var(&mut self, sid: ScopeId, sm: Option<usize>, a: &Arg) -> R {
         let act = self.tree.var(sid, a.as_ref());
+        self.check_var(act, sid, sm, a, "var")
+    }
+
+    /// Checks a get-or-create of `a` in `sid` (`var`, or an entry's
+    /// `or_create`) against the model, recording a new variable.
+    fn check_var(
+        &mut self,
+        act: Result<VarId, Error>,
+        sid: ScopeId,
+        sm: Option<usize>,
+        a: &Arg,
+        what: &str,
+    ) -> R {
         let exp = self.m_scope(sid, sm).and_then(|si| {
             let name = self.m_name(a)?;
             Ok((si, self.m_local(si, &name), name))
         });
         match (act, exp) {
-            (Ok(id), Ok((_, Some(v), _))) => same!(id, self.vids[v], "var(get) {:?}", a.text),
+            (Ok(id), Ok((_, Some(v), _))) => same!(id, self.vids[v], "{what}(get) {:?}", a.text),
             (Ok(id), Ok((si, None, name))) => {
                 self.new_var(id, si, name)?;
             }
-            (a2, e) => same!(a2.map(|_| ()), e.map(|_| ()), "var({sid:?}, {:?})", a.text),
+            (a2, e) => same!(
+                a2.map(|_| ()),
+                e.map(|_| ()),
+                "{what}({sid:?}, {:?})",
+                a.text
+            ),
         }
         Ok(())
     }
