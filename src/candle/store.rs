@@ -786,7 +786,7 @@ mod tests {
         let alphabet = ['a', '.', '/', 'é'];
         let mut names = vec![String::new()];
         let mut checked = 0;
-        for _ in 0..5 {
+        for _ in 0..=5 {
             let mut longer = Vec::new();
             for n in &names {
                 let got = match check_name(n) {
@@ -800,7 +800,7 @@ mod tests {
             }
             names = longer;
         }
-        assert_eq!(checked, 1 + 4 + 16 + 64 + 256);
+        assert_eq!(checked, 1 + 4 + 16 + 64 + 256 + 1024);
     }
 
     /// A loop that builds and deletes a layer keeps the record of handed-out
