@@ -6,7 +6,7 @@
 
 use std::any::Any;
 
-use crate::arena::{ScopeId, ScopeKey, VarId};
+use crate::arena::{ScopeId, VarId};
 use crate::error::Error;
 use crate::names::Name;
 use crate::tree::ScopeTree;
@@ -66,7 +66,7 @@ pub struct OccupiedVar<'t> {
 #[must_use = "an entry does nothing until it is used"]
 pub struct VacantVar<'t, N: Name> {
     tree: &'t mut ScopeTree,
-    scope: ScopeKey,
+    scope: ScopeId,
     name: N,
 }
 
@@ -98,18 +98,11 @@ impl ScopeTree {
         scope: ScopeId,
         name: N,
     ) -> Result<VarEntry<'_, N>, Error> {
-        let s = self.check_scope(scope)?;
-        let found = self
-            .lookup_name(name.as_name_ref())?
-            .and_then(|sym| self.arena().scope(s).and_then(|slot| slot.vars().find(sym)));
-        Ok(match found {
-            Some(v) => VarEntry::Occupied(OccupiedVar {
-                var: VarId::new(v, self.tag()),
-                tree: self,
-            }),
+        Ok(match self.find_local_var(scope, name.as_name_ref())? {
+            Some(var) => VarEntry::Occupied(OccupiedVar { tree: self, var }),
             None => VarEntry::Vacant(VacantVar {
                 tree: self,
-                scope: s,
+                scope,
                 name,
             }),
         })
@@ -302,8 +295,15 @@ impl<'t, N: Name> VacantVar<'t, N> {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn create(self) -> Result<VarId, Error> {
+        Ok(self.create_in()?.0)
+    }
+
+    /// Creates the variable; returns it with the tree, borrowed for as long
+    /// as the entry was.
+    fn create_in(self) -> Result<(VarId, &'t mut ScopeTree), Error> {
+        let s = self.tree.check_scope(self.scope)?;
         let sym = self.tree.intern_name(self.name.as_name_ref())?;
-        Ok(self.tree.insert_var(self.scope, sym))
+        Ok((self.tree.insert_var(s, sym), self.tree))
     }
 
     /// Creates the variable holding `value`; returns its handle and the
@@ -323,9 +323,7 @@ impl<'t, N: Name> VacantVar<'t, N> {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn insert<T: Any + Send + Sync>(self, value: T) -> Result<(VarId, &'t mut T), Error> {
-        let tree = self.tree;
-        let sym = tree.intern_name(self.name.as_name_ref())?;
-        let var = tree.insert_var(self.scope, sym);
+        let (var, tree) = self.create_in()?;
         tree.set(var, value)?;
         Ok((var, tree.get_mut(var)?))
     }
