@@ -4,8 +4,10 @@
 //!
 //! Group `shared_name_scopes`: under `n` distinct parents (made beforehand,
 //! untimed), one named kid `attn` each: `n` scopes that share one name, for
-//! `n` = 10^4, 10^5 and 10^6. The target: the time per scope within 1.5x
-//! from 10^4 to 10^6.
+//! `n` = 10^4, 10^5 and 10^6 (function `scopetree`). The target: the time
+//! per scope within 1.5x from 10^4 to 10^6. Beside it, `vec_push_floor`: a
+//! `Vec` of `n` scope-sized (128-byte) elements grows by `n` more, the cost
+//! of the memory alone.
 //!
 //! Group `wide_scope`, in one scope of `n` variables (made beforehand,
 //! untimed):
@@ -33,12 +35,21 @@ fn parents(n: usize) -> (ScopeTree, Vec<ScopeId>) {
     (tree, parents)
 }
 
+/// One scope's bytes in the arena (`diagnostics::scope_slot_bytes`), as an
+/// element for the floor below.
+type ScopeSized = [u64; 16];
+
 fn shared_name_scopes(c: &mut Criterion) {
+    assert_eq!(
+        std::mem::size_of::<ScopeSized>(),
+        scopetree::diagnostics::scope_slot_bytes(),
+        "the floor's element must have a scope's size"
+    );
     let mut g = c.benchmark_group("shared_name_scopes");
     g.sample_size(10);
     for n in [10_000, 100_000, 1_000_000] {
         g.throughput(Throughput::Elements(n as u64));
-        g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
+        g.bench_with_input(BenchmarkId::new("scopetree", n), &n, |b, &n| {
             b.iter_batched(
                 || parents(n),
                 |(mut tree, parents)| {
@@ -46,6 +57,25 @@ fn shared_name_scopes(c: &mut Criterion) {
                         black_box(tree.new_named_scope(p, "attn").unwrap());
                     }
                     (tree, parents)
+                },
+                BatchSize::PerIteration,
+            )
+        });
+        // The memory floor: a `Vec` of `n` scope-sized elements (made
+        // untimed, as the parents are) grows by `n` more. No hashing, no
+        // links: what any arena of this slot size pays for its memory.
+        g.bench_with_input(BenchmarkId::new("vec_push_floor", n), &n, |b, &n| {
+            b.iter_batched(
+                || {
+                    let mut v: Vec<ScopeSized> = Vec::new();
+                    v.extend((0..n as u64).map(|i| [i; 16]));
+                    v
+                },
+                |mut v| {
+                    for i in 0..n as u64 {
+                        v.push(black_box([i; 16]));
+                    }
+                    v
                 },
                 BatchSize::PerIteration,
             )

@@ -434,8 +434,8 @@ impl ScopeTree {
     /// Creates a kid of `parent` named `name`, after its existing kids. A named
     /// scope can be found again with [`kid`](Self::kid) and shows its name in
     /// paths and dumps. O(1) amortised after hashing the name: the name check
-    /// walks at most 4 kids of `parent`, then probes the tree's index of named
-    /// kids.
+    /// walks the kids of a `parent` that has had at most 8, and probes the
+    /// tree's index of named kids for one that has had more.
     ///
     /// # Errors
     /// [`Error::ScopeNameTaken`] if a kid of `parent` already has that name;
@@ -468,8 +468,8 @@ impl ScopeTree {
 
     /// The kid of `parent` named `name`, if any. O(1) after hashing the name
     /// (no hashing of text when `name` is a [`Symbol`]), however many kids
-    /// `parent` has: a walk of at most 4 kids, then one probe of the tree's
-    /// index of named kids.
+    /// `parent` has: a walk of its kids while it has had at most 8, one probe
+    /// of the tree's index of named kids once it has had more.
     ///
     /// # Errors
     /// [`Error::InvalidName`]; [`Error::StaleScope`] or [`Error::ForeignScope`].
@@ -530,6 +530,8 @@ impl ScopeTree {
     }
 
     /// The depth of `scope`: 0 for the root, 1 for its kids, and so on. O(1).
+    /// (A depth is stored in 31 bits: below 2^31 − 2 it is exact, and a tree
+    /// that deep would need 256 GiB of scope slots.)
     ///
     /// # Errors
     /// [`Error::StaleScope`] or [`Error::ForeignScope`].

@@ -8,8 +8,12 @@
 use proptest::prelude::*;
 use scopetree::{Error, ScopeId, ScopeTree};
 
-/// The few names the model draws from, so that collisions are frequent.
-const NAMES: [&str; 4] = ["a", "b", "c", "layer_1"];
+/// The names the model draws from: the first 4 in the first test, so that
+/// collisions are frequent; all 12 in the second, so that a parent can have
+/// more named kids than the arena scans before it indexes them.
+const NAMES: [&str; 12] = [
+    "a", "b", "c", "layer_1", "d", "e", "f", "g", "h", "i", "j", "layer_2",
+];
 
 /// The kid of `parent` named `name`, by walking its kid list: the oracle the
 /// index must agree with.
@@ -33,10 +37,12 @@ enum Op {
     DropKids { scope: usize },
 }
 
-fn op() -> impl Strategy<Value = Op> {
-    let i = || 0usize..64;
+/// An operation on one of `parents` nodes (mod the count) with one of the
+/// first `names` names.
+fn op(parents: usize, names: usize) -> impl Strategy<Value = Op> {
+    let i = move || 0usize..parents;
     prop_oneof![
-        4 => (i(), 0..NAMES.len()).prop_map(|(parent, name)| Op::Named { parent, name }),
+        4 => (i(), 0..names).prop_map(|(parent, name)| Op::Named { parent, name }),
         2 => i().prop_map(|parent| Op::Unnamed { parent }),
         2 => i().prop_map(|scope| Op::Delete { scope }),
         1 => (i(), i()).prop_map(|(parent, kid)| Op::DeleteKid { parent, kid }),
@@ -76,6 +82,17 @@ impl Model {
     /// picked too.
     fn pick(&self, i: usize) -> usize {
         i % self.nodes.len()
+    }
+
+    /// The most live kids any live node has.
+    fn widest(&self) -> usize {
+        let mut kids = vec![0usize; self.nodes.len()];
+        for n in self.nodes.iter().filter(|n| n.alive) {
+            if let Some(p) = n.parent {
+                kids[p] += 1;
+            }
+        }
+        kids.into_iter().max().unwrap_or(0)
     }
 
     /// The model's live kid of `parent` named `name`.
@@ -215,13 +232,52 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
-    fn index_agrees_with_a_scan_and_a_model(ops in prop::collection::vec(op(), 1..120)) {
+    fn index_agrees_with_a_scan_and_a_model(ops in prop::collection::vec(op(64, 4), 1..120)) {
         let mut m = Model::new();
         for op in &ops {
             m.apply(op);
             m.check();
         }
     }
+
+    /// Few parents and many names: parents pass the arena's scan limit (8
+    /// kids), lose kids again, have them dropped and come back, so lookups
+    /// run through both the kid scan and the index, and across the switch.
+    #[test]
+    fn index_agrees_across_wide_and_narrow_parents(ops in prop::collection::vec(op(6, 12), 1..200)) {
+        let mut m = Model::new();
+        for op in &ops {
+            m.apply(op);
+            m.check();
+        }
+    }
+}
+
+#[test]
+fn a_parent_passes_the_scan_limit_and_comes_back() {
+    // A fixed sequence of the operations above that takes a parent past the
+    // scan limit on a named kid, deletes kids of the wide parent and adds
+    // more, drops them all, and passes the limit again on an unnamed kid,
+    // checked at every step.
+    let mut m = Model::new();
+    let mut ops: Vec<Op> = (0..12).map(|name| Op::Named { parent: 0, name }).collect();
+    ops.extend((0..3).map(|_| Op::Unnamed { parent: 0 }));
+    ops.extend((0..6).map(|kid| Op::DeleteKid {
+        parent: 0,
+        kid: 1 + kid * 2,
+    }));
+    ops.extend((0..12).map(|name| Op::Named { parent: 0, name }));
+    ops.push(Op::DropKids { scope: 0 });
+    ops.extend((0..5).map(|name| Op::Named { parent: 0, name }));
+    ops.extend((0..4).map(|_| Op::Unnamed { parent: 0 }));
+    ops.extend((5..8).map(|name| Op::Named { parent: 0, name }));
+    let mut widest = 0;
+    for op in &ops {
+        m.apply(op);
+        m.check();
+        widest = widest.max(m.widest());
+    }
+    assert!(widest > 8, "a parent had at most {widest} kids");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 
 use super::keys::{at_last_version, slot_index};
 use super::slots::{Entry, INLINE_VARS, ScopeName, ScopeSlot, ScopeState, VarSlot, sig_bit};
-use super::{Arena, ScopeKey, VarKey, kid_index_key};
+use super::{Arena, KID_SCAN, ScopeKey, VarKey, kid_index_key};
 use crate::layer_api::Sym;
 
 /// A scope's signature is recomputed after a removal or rename only while
@@ -51,18 +51,40 @@ impl Arena {
         self.set_hot(key, parent);
         if let Some(sym) = name {
             self.names.acquire(sym);
-            self.named_kids.insert(kid_index_key(parent, sym), key);
         }
         if let Some(prev_slot) = self.scopes.get_mut(prev) {
             prev_slot.next_sib = key;
         }
-        if let Some(p) = self.scopes.get_mut(parent) {
-            if p.first_kid.is_null() {
-                p.first_kid = key;
+        let Some(p) = self.scopes.get_mut(parent) else {
+            return key;
+        };
+        if p.first_kid.is_null() {
+            p.first_kid = key;
+        }
+        p.last_kid = key;
+        if p.is_wide() {
+            if let Some(sym) = name {
+                self.named_kids.insert(kid_index_key(parent, sym), key);
             }
-            p.last_kid = key;
+        } else if self.kids(parent).nth(KID_SCAN).is_some() {
+            if let Some(p) = self.scopes.get_mut(parent) {
+                p.state = p.state.with_wide(true);
+            }
+            self.index_kids(parent);
         }
         key
+    }
+
+    /// Puts every named kid of `parent`, which has just become wide, into
+    /// the named-kid index. O(`KID_SCAN`).
+    fn index_kids(&mut self, parent: ScopeKey) {
+        let named: SmallVec<[(Sym, ScopeKey); KID_SCAN + 1]> = self
+            .kids(parent)
+            .filter_map(|k| Some((self.scopes.get(k)?.name()?, k)))
+            .collect();
+        for (sym, k) in named {
+            self.named_kids.insert(kid_index_key(parent, sym), k);
+        }
     }
 
     /// Records the parent of a new scope slot and clears its signature.
@@ -93,6 +115,8 @@ impl Arena {
         let mut deferred = None;
         let first = match self.scopes.get_mut(key) {
             Some(slot) if !slot.is_retired() => {
+                // Each kid's index entry goes when it is freed.
+                slot.state = slot.state.with_wide(false);
                 slot.last_kid = ScopeKey::null();
                 mem::replace(&mut slot.first_kid, ScopeKey::null())
             }

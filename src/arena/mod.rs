@@ -21,8 +21,11 @@
 //! 2. Every live variable belongs to exactly one live scope, whose table has
 //!    exactly one entry for it, under the variable's name; `sigs[slot(s)]`
 //!    has the bit of every name in `s`'s table (and maybe more).
-//! 3. `named_kids` has one entry per live named scope, under its parent's
-//!    slot index and its name.
+//! 3. A scope that has not had more than `KID_SCAN` kids at once since it
+//!    was made or its kids were dropped is *narrow*: none of its kids is in
+//!    `named_kids`. Otherwise it is *wide* (a flag in its state):
+//!    `named_kids` has one entry per live named kid of it, under its slot
+//!    index and the kid's name.
 //! 4. A name's use count is the number of live scopes and variables that
 //!    carry it; its epoch changes whenever a variable of that name is
 //!    created, freed or renamed.
@@ -50,7 +53,7 @@ pub(crate) use slots::{Entry, INLINE_VARS, Payload, ScopeSlot, VarSlot};
 pub(crate) use walk::{KeyWalk, Structure};
 
 use keys::slot_index;
-use slots::{ScopeName, ScopeState, hash_table_bytes};
+use slots::{KID_SCAN, ScopeName, ScopeState, hash_table_bytes};
 
 /// All scopes and variables of one tree; see the module docs.
 pub(crate) struct Arena {
@@ -70,8 +73,8 @@ pub(crate) struct Arena {
     /// is set for every local name, so a lookup skips a level whose
     /// signature lacks the bit without touching its slot.
     sigs: Vec<u64>,
-    /// Every live named scope, by its parent's slot index and its name (see
-    /// [`kid_index_key`]).
+    /// Every live named kid of a wide scope, by its parent's slot index and
+    /// its name (see [`kid_index_key`] and invariant 3).
     named_kids: FxHashMap<u64, ScopeKey>,
 }
 
@@ -193,27 +196,18 @@ impl Arena {
         (!p.is_null()).then_some(p)
     }
 
-    /// The kid of the live scope `parent` named `sym`: a walk of its first
-    /// few kids, then, if it has more, one probe of the named-kid index.
-    /// O(1).
+    /// The kid of the live scope `parent` named `sym`: a walk of its kids
+    /// while it is narrow (at most `KID_SCAN`), one probe of the named-kid
+    /// index once it is wide (invariant 3). O(1).
     #[inline]
     pub(crate) fn kid_by_sym(&self, parent: ScopeKey, sym: Sym) -> Option<ScopeKey> {
-        /// Walking a few kids costs less than hashing, and most parents
-        /// have few kids.
-        const KID_SCAN: usize = 4;
-        let mut k = self.scope(parent)?.first_kid;
-        for _ in 0..KID_SCAN {
-            // A null key ends the list: no kid has the name.
-            let slot = self.scopes.get(k)?;
-            if slot.name() == Some(sym) {
-                return Some(k);
-            }
-            k = slot.next_sib;
+        let p = self.scope(parent)?;
+        if p.is_wide() {
+            return self.named_kids.get(&kid_index_key(parent, sym)).copied();
         }
-        if k.is_null() {
-            return None;
-        }
-        self.named_kids.get(&kid_index_key(parent, sym)).copied()
+        // A narrow scope has at most `KID_SCAN` kids.
+        self.kids(parent)
+            .find(|&k| self.scopes.get(k).and_then(ScopeSlot::name) == Some(sym))
     }
 
     // ----- names ----------------------------------------------------------

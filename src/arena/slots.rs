@@ -257,27 +257,53 @@ impl ScopeName {
     }
 }
 
-/// Whether a scope slot is live, and at which depth, or retired (its
-/// version reached the end and the slot is never reused; see
-/// `Arena::free_scope`). Four bytes: the depth of a live scope is below
-/// `u32::MAX`.
+/// Whether a scope slot is live, at which depth and whether it is *wide*
+/// (its named kids are in the arena's index; see `Arena::kid_by_sym`), or
+/// retired (its version reached the end and the slot is never reused; see
+/// `Arena::free_scope`). Four bytes: the top bit is the wide flag, the rest
+/// the depth, capped below `2^31 − 1` (a tree that deep would need 256 GiB
+/// of slots), and all ones is the retired state.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub(crate) struct ScopeState(u32);
 
 impl ScopeState {
     pub(crate) const RETIRED: ScopeState = ScopeState(u32::MAX);
+    const WIDE: u32 = 1 << 31;
+    const MAX_DEPTH: u32 = Self::WIDE - 2;
 
-    /// A live scope at `depth` (capped one below the retired marker: a tree
-    /// 2^32 − 1 deep would not fit in memory anyway).
+    /// A live, narrow scope at `depth` (capped at `2^31 − 2`).
     pub(crate) fn live(depth: u32) -> Self {
-        ScopeState(depth.min(u32::MAX - 1))
+        ScopeState(depth.min(Self::MAX_DEPTH))
     }
 
     #[inline]
     pub(crate) fn depth(self) -> Option<u32> {
-        (self != Self::RETIRED).then_some(self.0)
+        (self != Self::RETIRED).then_some(self.0 & !Self::WIDE)
+    }
+
+    /// Whether a live scope is wide.
+    #[inline]
+    pub(crate) fn is_wide(self) -> bool {
+        self != Self::RETIRED && self.0 & Self::WIDE != 0
+    }
+
+    /// The same live scope, wide or narrow.
+    #[inline]
+    pub(crate) fn with_wide(self, wide: bool) -> Self {
+        debug_assert!(self != Self::RETIRED);
+        ScopeState(if wide {
+            self.0 | Self::WIDE
+        } else {
+            self.0 & !Self::WIDE
+        })
     }
 }
+
+/// Kids a lookup scans before a scope's named kids move to the index.
+/// Scanning a few kids costs less than hashing, and most scopes have few
+/// kids; keeping them out of the index keeps a scope's creation off a table
+/// that grows with the whole tree.
+pub(crate) const KID_SCAN: usize = 8;
 
 /// A scope in the arena.
 ///
@@ -331,6 +357,12 @@ impl ScopeSlot {
     #[inline]
     pub(super) fn is_retired(&self) -> bool {
         self.state == ScopeState::RETIRED
+    }
+
+    /// Whether the scope's named kids are in the arena's index.
+    #[inline]
+    pub(super) fn is_wide(&self) -> bool {
+        self.state.is_wide()
     }
 }
 
