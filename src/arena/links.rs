@@ -62,11 +62,13 @@ impl Arena {
             p.first_kid = key;
         }
         p.last_kid = key;
+        // A narrow parent turns wide when it passes `KID_SCAN` kids; a first
+        // kid cannot do that, so it costs no walk.
         if p.is_wide() {
             if let Some(sym) = name {
                 self.named_kids.insert(kid_index_key(parent, sym), key);
             }
-        } else if self.kids(parent).nth(KID_SCAN).is_some() {
+        } else if !prev.is_null() && self.kids(parent).nth(KID_SCAN).is_some() {
             if let Some(p) = self.scopes.get_mut(parent) {
                 p.state = p.state.with_wide(true);
             }
