@@ -434,8 +434,8 @@ impl ScopeTree {
     /// Creates a kid of `parent` named `name`, after its existing kids. A named
     /// scope can be found again with [`kid`](Self::kid) and shows its name in
     /// paths and dumps. O(1) amortised after hashing the name: the name check
-    /// walks the kids of a `parent` that has had at most 8, and probes the
-    /// tree's index of named kids for one that has had more.
+    /// walks at most 8 kids of `parent`, or probes the tree's index of named
+    /// kids once `parent` has a named kid past its first 8 kids.
     ///
     /// # Errors
     /// [`Error::ScopeNameTaken`] if a kid of `parent` already has that name;
@@ -468,8 +468,9 @@ impl ScopeTree {
 
     /// The kid of `parent` named `name`, if any. O(1) after hashing the name
     /// (no hashing of text when `name` is a [`Symbol`]), however many kids
-    /// `parent` has: a walk of its kids while it has had at most 8, one probe
-    /// of the tree's index of named kids once it has had more.
+    /// `parent` has: a walk of at most 8 of its kids, or one probe of the
+    /// tree's index of named kids once `parent` has a named kid past its
+    /// first 8 kids.
     ///
     /// # Errors
     /// [`Error::InvalidName`]; [`Error::StaleScope`] or [`Error::ForeignScope`].

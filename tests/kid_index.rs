@@ -255,10 +255,11 @@ proptest! {
 
 #[test]
 fn a_parent_passes_the_scan_limit_and_comes_back() {
-    // A fixed sequence of the operations above that takes a parent past the
-    // scan limit on a named kid, deletes kids of the wide parent and adds
-    // more, drops them all, and passes the limit again on an unnamed kid,
-    // checked at every step.
+    // A fixed sequence of the operations above, checked at every step: a
+    // parent gets a named kid past the scan limit (8 kids) and turns wide,
+    // loses kids and gets more, has them all dropped, then takes unnamed
+    // kids past the limit (it stays narrow) and a named kid after them
+    // (it turns wide).
     let mut m = Model::new();
     let mut ops: Vec<Op> = (0..12).map(|name| Op::Named { parent: 0, name }).collect();
     ops.extend((0..3).map(|_| Op::Unnamed { parent: 0 }));

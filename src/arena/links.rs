@@ -62,25 +62,26 @@ impl Arena {
             p.first_kid = key;
         }
         p.last_kid = key;
-        // A narrow parent turns wide when it passes `KID_SCAN` kids; a first
-        // kid cannot do that, so it costs no walk.
-        if p.is_wide() {
-            if let Some(sym) = name {
+        // Only a named kid can turn its parent wide: when it lands past the
+        // parent's first `KID_SCAN` kids (a first kid cannot: no walk).
+        if let Some(sym) = name {
+            if p.is_wide() {
                 self.named_kids.insert(kid_index_key(parent, sym), key);
+            } else if !prev.is_null() && self.kids(parent).nth(KID_SCAN).is_some() {
+                if let Some(p) = self.scopes.get_mut(parent) {
+                    p.state = p.state.with_wide(true);
+                }
+                self.index_kids(parent);
             }
-        } else if !prev.is_null() && self.kids(parent).nth(KID_SCAN).is_some() {
-            if let Some(p) = self.scopes.get_mut(parent) {
-                p.state = p.state.with_wide(true);
-            }
-            self.index_kids(parent);
         }
         key
     }
 
-    /// Puts every named kid of `parent`, which has just become wide, into
-    /// the named-kid index. O(`KID_SCAN`).
+    /// Puts every named kid of `parent`, which has just turned wide, into
+    /// the named-kid index. O(kids), once per turn: each kid is walked
+    /// here at most once before its parent's kids are dropped.
     fn index_kids(&mut self, parent: ScopeKey) {
-        let named: SmallVec<[(Sym, ScopeKey); KID_SCAN + 1]> = self
+        let named: Vec<(Sym, ScopeKey)> = self
             .kids(parent)
             .filter_map(|k| Some((self.scopes.get(k)?.name()?, k)))
             .collect();

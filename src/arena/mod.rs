@@ -21,11 +21,12 @@
 //! 2. Every live variable belongs to exactly one live scope, whose table has
 //!    exactly one entry for it, under the variable's name; `sigs[slot(s)]`
 //!    has the bit of every name in `s`'s table (and maybe more).
-//! 3. A scope that has not had more than `KID_SCAN` kids at once since it
-//!    was made or its kids were dropped is *narrow*: none of its kids is in
-//!    `named_kids`. Otherwise it is *wide* (a flag in its state):
-//!    `named_kids` has one entry per live named kid of it, under its slot
-//!    index and the kid's name.
+//! 3. A scope is *narrow* or *wide* (a flag in its state). None of the
+//!    named kids of a narrow scope is in `named_kids`, and each of them is
+//!    among its first `KID_SCAN` kids. A scope turns wide when a named kid
+//!    would be made past its first `KID_SCAN` kids, and narrow again when
+//!    its kids are dropped; `named_kids` has one entry per live named kid of
+//!    a wide scope, under the scope's slot index and the kid's name.
 //! 4. A name's use count is the number of live scopes and variables that
 //!    carry it; its epoch changes whenever a variable of that name is
 //!    created, freed or renamed.
@@ -196,17 +197,18 @@ impl Arena {
         (!p.is_null()).then_some(p)
     }
 
-    /// The kid of the live scope `parent` named `sym`: a walk of its kids
-    /// while it is narrow (at most `KID_SCAN`), one probe of the named-kid
-    /// index once it is wide (invariant 3). O(1).
+    /// The kid of the live scope `parent` named `sym`: a walk of its first
+    /// `KID_SCAN` kids while it is narrow, one probe of the named-kid index
+    /// once it is wide (invariant 3). O(1).
     #[inline]
     pub(crate) fn kid_by_sym(&self, parent: ScopeKey, sym: Sym) -> Option<ScopeKey> {
         let p = self.scope(parent)?;
         if p.is_wide() {
             return self.named_kids.get(&kid_index_key(parent, sym)).copied();
         }
-        // A narrow scope has at most `KID_SCAN` kids.
+        // A narrow scope's named kids are among its first `KID_SCAN`.
         self.kids(parent)
+            .take(KID_SCAN)
             .find(|&k| self.scopes.get(k).and_then(ScopeSlot::name) == Some(sym))
     }
 
