@@ -228,16 +228,25 @@ fn cases() -> u32 {
         .unwrap_or(256)
 }
 
+/// Applies `ops` to a fresh model, checking everything after each one;
+/// returns the most live kids any node had.
+fn run(ops: &[Op]) -> usize {
+    let mut m = Model::new();
+    let mut widest = 0;
+    for op in ops {
+        m.apply(op);
+        m.check();
+        widest = widest.max(m.widest());
+    }
+    widest
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
     #[test]
     fn index_agrees_with_a_scan_and_a_model(ops in prop::collection::vec(op(64, 4), 1..120)) {
-        let mut m = Model::new();
-        for op in &ops {
-            m.apply(op);
-            m.check();
-        }
+        run(&ops);
     }
 
     /// Few parents and many names: parents pass the arena's scan limit (8
@@ -245,11 +254,7 @@ proptest! {
     /// run through both the kid scan and the index, and across the switch.
     #[test]
     fn index_agrees_across_wide_and_narrow_parents(ops in prop::collection::vec(op(6, 12), 1..200)) {
-        let mut m = Model::new();
-        for op in &ops {
-            m.apply(op);
-            m.check();
-        }
+        run(&ops);
     }
 }
 
@@ -260,7 +265,6 @@ fn a_parent_passes_the_scan_limit_and_comes_back() {
     // loses kids and gets more, has them all dropped, then takes unnamed
     // kids past the limit (it stays narrow) and a named kid after them
     // (it turns wide).
-    let mut m = Model::new();
     let mut ops: Vec<Op> = (0..12).map(|name| Op::Named { parent: 0, name }).collect();
     ops.extend((0..3).map(|_| Op::Unnamed { parent: 0 }));
     ops.extend((0..6).map(|kid| Op::DeleteKid {
@@ -272,12 +276,7 @@ fn a_parent_passes_the_scan_limit_and_comes_back() {
     ops.extend((0..5).map(|name| Op::Named { parent: 0, name }));
     ops.extend((0..4).map(|_| Op::Unnamed { parent: 0 }));
     ops.extend((5..8).map(|name| Op::Named { parent: 0, name }));
-    let mut widest = 0;
-    for op in &ops {
-        m.apply(op);
-        m.check();
-        widest = widest.max(m.widest());
-    }
+    let widest = run(&ops);
     assert!(widest > 8, "a parent had at most {widest} kids");
 }
 
