@@ -20,7 +20,9 @@
 //! `scopetree_sym` (an interned `Symbol`), `resolver_str` / `resolver_sym`
 //! (the same lookup through a `Resolver` that has cached it: a hit),
 //! `paddle_style` (SipHash, a lock and a hash at every level),
-//! `paddle_style_fx` (the same with an Fx hasher).
+//! `paddle_style_fx` (the same with an Fx hasher); in `find_var_root_hit`,
+//! `index_chase_floor` (the floor of any walk over slot indices: `d + 1`
+//! dependent loads from a dense `Vec<u32>` of parent indices).
 
 #[path = "support/chains.rs"]
 mod chains;
@@ -120,9 +122,32 @@ fn depth_group(c: &mut Criterion, case: Case) {
             g.bench_with_input(BenchmarkId::new("paddle_style_fx", d), &d, |b, _| {
                 b.iter(|| p.find_var(black_box(&name)))
             });
+            // The floor of any walk over slot indices: `d + 1` dependent
+            // loads of a parent index from a dense array, nothing else.
+            let up: Vec<u32> = (0..=d as u32)
+                .map(|i| i.checked_sub(1).unwrap_or(u32::MAX))
+                .collect();
+            assert_eq!(index_chase(&up, d), 0);
+            g.bench_with_input(BenchmarkId::new("index_chase_floor", d), &d, |b, _| {
+                b.iter(|| index_chase(black_box(&up), black_box(d)))
+            });
         }
     }
     g.finish();
+}
+
+/// Follows `up` from `start` until an entry is `u32::MAX`: one dependent
+/// load per level, the least a parent walk over slot indices can do.
+#[inline(never)]
+fn index_chase(up: &[u32], start: usize) -> usize {
+    let mut i = start;
+    while let Some(&p) = up.get(i) {
+        if p == u32::MAX {
+            break;
+        }
+        i = p as usize;
+    }
+    i
 }
 
 fn root_hit(c: &mut Criterion) {

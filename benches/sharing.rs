@@ -12,7 +12,9 @@
 //!   `VarBuilder::get` does per call: join the prefix (already joined with
 //!   `.`) and the name into a new `String`, lock a `Mutex<HashMap<String,
 //!   V>>`, hash the whole string, clone the value (an `Arc`, as a candle
-//!   `Tensor` is).
+//!   `Tensor` is); `index_floor` is the floor of any lookup that hashes the
+//!   full name once: a plain `FxHashMap<Box<str>, u64>` probe of the same
+//!   name among the same 1,001, with no lock and no check against the tree.
 //! - `default_name/*/n`: `variable_scope_unique(root, "layer")` with `n`
 //!   earlier `layer_*` siblings (each call adds one).
 
@@ -22,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use rustc_hash::FxHashMap;
 use scopetree::sharing::{Initializer, Reuse, ScopeOpts, VarScope, VarSpec, VariableStore};
 
 const COMPONENTS: [usize; 3] = [5, 9, 17];
@@ -82,6 +85,17 @@ fn candle_map(dirs: &[String]) -> Mutex<HashMap<String, Arc<Vec<f32>>>> {
     Mutex::new(m)
 }
 
+/// The floor of any lookup that hashes a full name once: the same 1,001
+/// names in a plain `FxHashMap<Box<str>, u64>`, no lock, no check.
+fn index_floor(dirs: &[String]) -> FxHashMap<Box<str>, u64> {
+    let mut m = FxHashMap::default();
+    for i in 0..1_000 {
+        m.insert(format!("other{}/v{i}", i % 50).into(), i);
+    }
+    m.insert(format!("{}/w", dirs.join("/")).into(), 1_000);
+    m
+}
+
 fn candle_get(
     map: &Mutex<HashMap<String, Arc<Vec<f32>>>>,
     prefix: &str,
@@ -120,6 +134,11 @@ fn full_name(c: &mut Criterion) {
         assert!(candle_get(&map, &prefix, "w").is_some());
         g.bench_with_input(BenchmarkId::new("candle_style", n), &prefix, |b, prefix| {
             b.iter(|| candle_get(black_box(&map), black_box(prefix), black_box("w")))
+        });
+        let floor = index_floor(&dirs);
+        assert!(floor.contains_key(full.as_str()));
+        g.bench_with_input(BenchmarkId::new("index_floor", n), &full, |b, full| {
+            b.iter(|| floor.get(black_box(full.as_str())).copied())
         });
     }
     g.finish();
