@@ -87,6 +87,14 @@ impl ScopeTree {
         self.arena().names().get(name)
     }
 
+    /// The generation of a symbol's slot: bumped each time the name is
+    /// freed, so an unchanged `(symbol, generation)` pair still names the
+    /// same text. O(1).
+    #[inline]
+    pub(crate) fn sym_generation(&self, sym: Sym) -> u32 {
+        self.arena().names().generation(sym)
+    }
+
     /// The text of a symbol of this tree. O(1).
     #[inline]
     pub(crate) fn sym_text(&self, sym: Sym) -> &str {

@@ -1091,3 +1091,35 @@ fn get_variable_does_not_search_parents_but_find_var_does() -> R {
         Ok(())
     })
 }
+
+/// The full-name index checks a hit against the variable's name symbol and
+/// that symbol's generation. A variable renamed away from `w`, whose old
+/// name is freed and whose symbol slot is reused by the names it is renamed
+/// through, must never be found at `enc/w` again; renamed back, it is.
+#[test]
+fn the_full_name_index_never_answers_for_a_renamed_variable() -> R {
+    let mut store = VariableStore::new();
+    let r = root(&store);
+    let (enc, v) = store.variable_scope(&r, "enc", o(), |s, vs| {
+        Ok((vs.place(), s.get_variable(vs, scalar("w"))?))
+    })?;
+    assert_eq!(store.variable("enc/w")?, Some(v));
+    let mut current = "w".to_owned();
+    // Enough renames that `w` is freed by a sweep of idle names and every
+    // free symbol slot, `w`'s among them, is handed out again.
+    for i in 0..5_000 {
+        let next = format!("n{i}");
+        assert_eq!(
+            store
+                .tree_mut()
+                .rename(enc, current.as_str(), next.as_str())?,
+            v
+        );
+        current = next;
+        assert_eq!(store.variable("enc/w")?, None, "after {i} renames");
+        assert_eq!(store.variable(&format!("enc/{current}"))?, Some(v));
+    }
+    store.tree_mut().rename(enc, current.as_str(), "w")?;
+    assert_eq!(store.variable("enc/w")?, Some(v));
+    Ok(())
+}

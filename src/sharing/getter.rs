@@ -474,12 +474,10 @@ fn create(
     }
     let place = store.resolve_or_create(start, dirs)?;
     let var = store.create_var_with(place, leaf, payload)?;
-    let leaf_at = args.name.len() - leaf.len();
     store.record_new_var(
         var.key,
         place,
         std::sync::Arc::from(args.name.as_str()),
-        leaf_at,
         &args.collections,
         (shape, args.trainable, args.ty.id, args.ty.name),
     );

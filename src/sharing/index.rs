@@ -4,24 +4,39 @@
 //!
 //! The index is a cache, never the truth: a hit is checked in O(1) against
 //! the tree (the variable is live, still owned by the scope it was created
-//! in and still has the same local name; scopes never move or get renamed,
-//! so the owner's path is unchanged), and a miss or a failed check falls
-//! back to the component walk. Entries are keyed by strings and generational
-//! keys only, never by interned symbols, which the tree may free.
+//! in and still carries the same name symbol, whose slot has not been freed
+//! since: scopes never move or get renamed, so the owner's path is
+//! unchanged, and a symbol slot keeps its text until it is freed, which
+//! bumps its generation), and a miss or a failed check falls back to the
+//! component walk. The check reads two slots and compares integers: no
+//! string beyond the one the hash probe compares.
 
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
 use crate::arena::{ScopeKey, VarKey};
+use crate::layer_api::Sym;
 use crate::tree::ScopeTree;
 
 #[derive(Copy, Clone, Debug)]
 struct Entry {
     var: VarKey,
     owner: ScopeKey,
-    /// Byte offset of the local name in the full name.
-    leaf_at: u32,
+    /// The variable's name symbol when it was recorded, and that symbol
+    /// slot's generation then.
+    sym: Sym,
+    generation: u32,
+}
+
+impl Entry {
+    /// Whether the tree still has this entry's variable at this entry's
+    /// full name. O(1).
+    #[inline]
+    fn holds(&self, tree: &ScopeTree) -> bool {
+        tree.var_place(self.var) == Some((self.owner, self.sym))
+            && tree.sym_generation(self.sym) == self.generation
+    }
 }
 
 /// Full name → variable, for the variables the store created.
@@ -36,38 +51,33 @@ impl FullNames {
     #[inline]
     pub(crate) fn get(&self, tree: &ScopeTree, full: &str) -> Option<VarKey> {
         let e = self.map.get(full)?;
-        let (owner, sym) = tree.var_place(e.var)?;
-        let leaf = full.get(e.leaf_at as usize..)?;
-        (owner == e.owner && tree.sym_text(sym) == leaf).then_some(e.var)
+        e.holds(tree).then_some(e.var)
     }
 
-    /// Records `var`, owned by `owner`, at `full`. Sweeps dead entries when
-    /// the index has grown past twice the tree's variables: amortised O(1).
+    /// Records `var`, the live variable owned by `owner`, at `full`. Sweeps
+    /// dead entries when the index has grown past twice the tree's
+    /// variables: amortised O(1).
     pub(crate) fn insert(
         &mut self,
         tree: &ScopeTree,
         full: Arc<str>,
-        leaf_at: usize,
         var: VarKey,
         owner: ScopeKey,
     ) {
-        let Ok(leaf_at) = u32::try_from(leaf_at) else {
-            // A name over 4 GiB is simply not indexed; the walk finds it.
+        let Some((held_by, sym)) = tree.var_place(var) else {
             return;
         };
+        debug_assert!(held_by == owner, "a new variable is held by its owner");
         if self.map.len() >= 2 * tree.var_count() + 64 {
-            self.map.retain(|full, e| {
-                tree.var_place(e.var).is_some_and(|(o, s)| {
-                    o == e.owner && full.get(e.leaf_at as usize..) == Some(tree.sym_text(s))
-                })
-            });
+            self.map.retain(|_, e| e.holds(tree));
         }
         self.map.insert(
             full,
             Entry {
                 var,
                 owner,
-                leaf_at,
+                sym,
+                generation: tree.sym_generation(sym),
             },
         );
     }

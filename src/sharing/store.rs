@@ -704,15 +704,14 @@ impl VariableStore {
         self.next_seq
     }
 
-    /// Records a variable the true getter just created at `full` (its local
-    /// name starts at byte `leaf_at`): journal, collections, metadata and the
-    /// full-name index. O(collections × number of collections).
+    /// Records a variable the true getter just created at `full`: journal,
+    /// collections, metadata and the full-name index. O(collections ×
+    /// number of collections).
     pub(crate) fn record_new_var(
         &mut self,
         var: VarKey,
         owner: ScopeKey,
         full: Arc<str>,
-        leaf_at: usize,
         collections: &[String],
         meta: (Shape, bool, TypeId, &'static str),
     ) {
@@ -726,8 +725,7 @@ impl VariableStore {
                 self.collections.push(c, seq, var);
             }
         }
-        self.names
-            .insert(&self.tree, Arc::clone(&full), leaf_at, var, owner);
+        self.names.insert(&self.tree, Arc::clone(&full), var, owner);
         let (shape, trainable, type_id, type_name) = meta;
         self.var_meta.insert(
             var,
@@ -846,7 +844,6 @@ impl VariableStore {
             var.key,
             k,
             full,
-            leaf_at,
             collections,
             (shape, true, TypeId::of::<T>(), std::any::type_name::<T>()),
         );
@@ -868,7 +865,6 @@ impl VariableStore {
             return Ok(());
         };
         let full = self.tree.var_path(var)?;
-        let leaf_at = full.rfind('/').map_or(0, |i| i + 1);
         let type_id = self
             .tree
             .value_type_id(var.key)
@@ -882,7 +878,6 @@ impl VariableStore {
             var.key,
             owner,
             Arc::from(full),
-            leaf_at,
             &collections,
             (shape, trainable, type_id, type_name),
         );
