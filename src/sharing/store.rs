@@ -522,10 +522,18 @@ impl VariableStore {
     /// assert_eq!(store.variable("w")?, None);
     /// # Ok::<(), scopetree::sharing::Error>(())
     /// ```
+    #[inline]
     pub fn variable(&self, full_name: &str) -> Result<Option<VarId>, Error> {
-        if let Some(v) = self.names.get(&self.tree, full_name) {
-            return Ok(Some(self.tree.var_id(v)));
+        match self.names.get(&self.tree, full_name) {
+            Some(v) => Ok(Some(self.tree.var_id(v))),
+            None => self.variable_by_walk(full_name),
         }
+    }
+
+    /// [`variable`](Self::variable) for a name the index does not confirm:
+    /// the component walk, out of line so that a hit's call stays small.
+    #[inline(never)]
+    fn variable_by_walk(&self, full_name: &str) -> Result<Option<VarId>, Error> {
         let (dirs, leaf) = Path::parse(full_name)?.split_leaf();
         Ok(self
             .locate(self.tree.root_key(), dirs, leaf)
