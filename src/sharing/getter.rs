@@ -271,6 +271,15 @@ where
                     return Err(constant_with_shape(store.tree(), leaf, owner));
                 }
             }
+            // The common reuse, answered here: a `T` is held and no shape
+            // is asked for (what `check_share` finds first, without its
+            // type table and error set-up).
+            if reuse != Reuse::Inherit
+                && spec.shape.is_none()
+                && store.tree().value_type_id(var) == Some(std::any::TypeId::of::<T>())
+            {
+                return Ok(store.tree().var_id(var));
+            }
             return check_share(store, var, reuse, &TypeInfo::of::<T>(), spec.shape.as_ref());
         }
     }
