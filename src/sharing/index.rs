@@ -54,20 +54,13 @@ impl FullNames {
         e.holds(tree).then_some(e.var)
     }
 
-    /// Records `var`, the live variable owned by `owner`, at `full`. Sweeps
-    /// dead entries when the index has grown past twice the tree's
-    /// variables: amortised O(1).
-    pub(crate) fn insert(
-        &mut self,
-        tree: &ScopeTree,
-        full: Arc<str>,
-        var: VarKey,
-        owner: ScopeKey,
-    ) {
-        let Some((held_by, sym)) = tree.var_place(var) else {
+    /// Records the live variable `var` at `full`, with the owner and name
+    /// symbol the tree gives it now. Sweeps dead entries when the index has
+    /// grown past twice the tree's variables: amortised O(1).
+    pub(crate) fn insert(&mut self, tree: &ScopeTree, full: Arc<str>, var: VarKey) {
+        let Some((owner, sym)) = tree.var_place(var) else {
             return;
         };
-        debug_assert!(held_by == owner, "a new variable is held by its owner");
         if self.map.len() >= 2 * tree.var_count() + 64 {
             self.map.retain(|_, e| e.holds(tree));
         }

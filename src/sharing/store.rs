@@ -718,7 +718,6 @@ impl VariableStore {
     pub(crate) fn record_new_var(
         &mut self,
         var: VarKey,
-        owner: ScopeKey,
         full: Arc<str>,
         collections: &[String],
         meta: (Shape, bool, TypeId, &'static str),
@@ -733,7 +732,7 @@ impl VariableStore {
                 self.collections.push(c, seq, var);
             }
         }
-        self.names.insert(&self.tree, Arc::clone(&full), var, owner);
+        self.names.insert(&self.tree, Arc::clone(&full), var);
         let (shape, trainable, type_id, type_name) = meta;
         self.var_meta.insert(
             var,
@@ -850,7 +849,6 @@ impl VariableStore {
         };
         self.record_new_var(
             var.key,
-            k,
             full,
             collections,
             (shape, true, TypeId::of::<T>(), std::any::type_name::<T>()),
@@ -869,9 +867,9 @@ impl VariableStore {
         if self.var_meta.contains_key(var.key) {
             return Ok(());
         }
-        let Some((owner, _)) = self.tree.var_place(var.key) else {
+        if self.tree.var_place(var.key).is_none() {
             return Ok(());
-        };
+        }
         let full = self.tree.var_path(var)?;
         let type_id = self
             .tree
@@ -884,7 +882,6 @@ impl VariableStore {
         }
         self.record_new_var(
             var.key,
-            owner,
             Arc::from(full),
             &collections,
             (shape, trainable, type_id, type_name),
