@@ -825,3 +825,97 @@ fn unfreeze_brings_back_variables_created_while_frozen() -> R {
     );
     Ok(())
 }
+
+// ----- name walks against a model ----------------------------------------------
+
+/// One step of [`the_store_answers_names_like_a_map_through_any_history`].
+#[derive(Clone, Debug)]
+enum Op {
+    Get(String),
+    Contains(String),
+    /// Deletes the scope at this dotted path, if there is one.
+    Delete(String),
+}
+
+/// A dotted name of 1–4 components: scope components from a set whose
+/// members share leading bytes (`1`, `10`, `1x`), then a leaf that is never
+/// a scope name.
+fn a_name() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    (
+        prop::collection::vec(prop::sample::select(vec!["h", "1", "10", "1x", "a"]), 0..4),
+        prop::sample::select(vec!["w", "b"]),
+    )
+        .prop_map(|(dirs, leaf)| {
+            dirs.into_iter()
+                .chain(std::iter::once(leaf))
+                .collect::<Vec<_>>()
+                .join(".")
+        })
+}
+
+fn an_op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => a_name().prop_map(Op::Get),
+        3 => a_name().prop_map(Op::Contains),
+        1 => a_name().prop_map(|n| Op::Delete(n.rsplit_once('.').map_or(n.clone(), |(d, _)| d.to_owned()))),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+    /// `get`, `contains_tensor` and `var` agree with a map from names to
+    /// tensors through any order of names and scope deletions: the walk that
+    /// starts below the last name's scopes never answers for a deleted
+    /// scope, a recreated one, or a name that shares bytes but not
+    /// components with the last (`h.1` and `h.10`).
+    #[test]
+    fn the_store_answers_names_like_a_map_through_any_history(
+        ops in proptest::collection::vec(an_op(), 1..48)
+    ) {
+        let store = CandleStore::new();
+        let mut model: std::collections::BTreeMap<String, candle_core::TensorId> =
+            std::collections::BTreeMap::new();
+        for op in ops {
+            match op {
+                Op::Get(name) => {
+                    let t = store.get(2, &name, Init::Const(0.), DType::F32, &CPU)?;
+                    let id = *model.entry(name.clone()).or_insert(t.id());
+                    proptest::prop_assert_eq!(t.id(), id, "{}", name);
+                }
+                Op::Contains(name) => {
+                    proptest::prop_assert_eq!(
+                        vb(&store).contains_tensor(&name),
+                        model.contains_key(&name),
+                        "{}", name
+                    );
+                    let held = store.var(&name)?.map(|v| v.as_tensor().id());
+                    proptest::prop_assert_eq!(held, model.get(&name).copied(), "{}", name);
+                }
+                Op::Delete(dirs) => {
+                    let found = store.with_store(|s| {
+                        let tree = s.tree();
+                        let mut k = Some(tree.root());
+                        for c in dirs.split('.') {
+                            k = match k {
+                                Some(k) => tree.kid(k, c)?,
+                                None => None,
+                            };
+                        }
+                        match k {
+                            Some(k) if k != tree.root() => s.delete_scope(k).map(|()| true),
+                            _ => Ok(false),
+                        }
+                    })?;
+                    if found {
+                        let under = format!("{dirs}.");
+                        model.retain(|n, _| !n.starts_with(&under));
+                    }
+                }
+            }
+        }
+        proptest::prop_assert_eq!(store.names()?, model.keys().cloned().collect::<Vec<_>>());
+    }
+}

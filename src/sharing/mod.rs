@@ -46,6 +46,8 @@ mod index;
 mod init;
 mod journal;
 mod path;
+#[cfg(feature = "candle")]
+mod prefix;
 mod reuse;
 mod scope;
 mod shape;

@@ -13,6 +13,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
 
 use slotmap::SecondaryMap;
+#[cfg(feature = "candle")]
+use smallvec::SmallVec;
 
 use crate::arena::Payload;
 use crate::arena::{ScopeId, ScopeKey, VarId, VarKey};
@@ -26,6 +28,8 @@ use crate::sharing::getter::{self, VarSpec};
 use crate::sharing::index::FullNames;
 use crate::sharing::journal::{Journal, Saved, Undo};
 use crate::sharing::path::Path;
+#[cfg(feature = "candle")]
+use crate::sharing::prefix::Prefixes;
 use crate::sharing::reuse::Reuse;
 use crate::sharing::scope::{ScopeOpts, VarScope};
 use crate::sharing::shape::{HasShape, Shape};
@@ -84,6 +88,9 @@ pub struct VariableStore {
     /// Scratch space for the `/`-joined full name of a candle name.
     #[cfg(feature = "candle")]
     name_buf: Vec<u8>,
+    /// The scopes of the last separated name walked.
+    #[cfg(feature = "candle")]
+    prefixes: Prefixes,
 }
 
 const _: () = {
@@ -142,6 +149,8 @@ impl VariableStore {
             names: FullNames::default(),
             #[cfg(feature = "candle")]
             name_buf: Vec::new(),
+            #[cfg(feature = "candle")]
+            prefixes: Prefixes::default(),
         }
     }
 
@@ -748,19 +757,47 @@ impl VariableStore {
     }
 
     /// The variable at the full name `name` whose components are separated
-    /// by `sep` (`.` for candle names), walked from the root without
-    /// building a string; `None` if absent or if a component is empty.
-    /// O(len).
+    /// by `sep` (`.` for candle names), walked without building a string
+    /// from the deepest scope it shares with the last name
+    /// [`get_or_make`](Self::get_or_make) walked; `None` if absent or if a
+    /// component is empty. O(len).
     #[cfg(feature = "candle")]
     pub(crate) fn find_sep(&self, name: &str, sep: u8) -> Option<VarId> {
-        let mut k = self.tree.root_key();
-        let mut rest = name;
-        while let Some(i) = find_byte(rest, sep) {
-            k = self.tree.kid_key(k, self.tree.sym_of(&rest[..i])?)?;
-            rest = &rest[i + 1..];
+        let (dirs, leaf) = split_leaf(name, sep);
+        let from = self.prefixes.start(&self.tree, dirs, sep);
+        let (k, at) = self.walk_sep(from.key, dirs, from.done, sep, |_, _| ());
+        if at < dirs.len() {
+            return None;
         }
-        let v = self.tree.local_var_key(k, self.tree.sym_of(rest)?)?;
+        let v = self.tree.local_var_key(k, self.tree.sym_of(leaf)?)?;
         Some(self.tree.var_id(v))
+    }
+
+    /// Walks the scope path `dirs` down from `key`, the scope of its first
+    /// `done` bytes, as far as its scopes exist, calling `level` with the
+    /// end of each component found and its scope. Returns the deepest scope
+    /// reached and the length of its path in `dirs`. O(len).
+    #[cfg(feature = "candle")]
+    fn walk_sep(
+        &self,
+        mut key: ScopeKey,
+        dirs: &str,
+        mut done: usize,
+        sep: u8,
+        mut level: impl FnMut(usize, ScopeKey),
+    ) -> (ScopeKey, usize) {
+        while done < dirs.len() {
+            let begin = if done == 0 { 0 } else { done + 1 };
+            let end = find_byte(&dirs[begin..], sep).map_or(dirs.len(), |i| begin + i);
+            let kid = self
+                .tree
+                .sym_of(&dirs[begin..end])
+                .and_then(|s| self.tree.kid_key(key, s));
+            let Some(kid) = kid else { break };
+            level(end, kid);
+            (key, done) = (kid, end);
+        }
+        (key, done)
     }
 
     /// Get-or-create at the full name `name` (components separated by
@@ -771,6 +808,11 @@ impl VariableStore {
     /// shape, the full-name index). `make` runs before anything is created,
     /// so its failure changes nothing. Returns the variable and whether it
     /// was created. O(len) plus `make`.
+    ///
+    /// The walk starts at the deepest scope the name shares with the last
+    /// one walked (see [`Prefixes`]): a model's names come in runs
+    /// (`h.3.attn.q.weight`, `h.3.attn.q.bias`, `h.3.attn.k.weight`), so
+    /// most walks take one step.
     ///
     /// The caller checks that no component is empty or holds `/`.
     #[cfg(feature = "candle")]
@@ -785,43 +827,39 @@ impl VariableStore {
         T: HasShape + Send + Sync + 'static,
         E: From<Error>,
     {
-        // Walk the existing part of the name; `rest` is what is left of it
-        // (the scopes to create, then the leaf) when the walk stops.
-        let mut k = self.tree.root_key();
-        let mut rest = name;
-        while let Some(i) = find_byte(rest, sep) {
-            let kid = self
+        let (dirs, leaf) = split_leaf(name, sep);
+        let from = self.prefixes.start(&self.tree, dirs, sep);
+        let mut levels: SmallVec<[(usize, ScopeKey); 8]> = SmallVec::new();
+        let (mut k, at) = self.walk_sep(from.key, dirs, from.done, sep, |end, key| {
+            levels.push((end, key));
+        });
+        if at == dirs.len() {
+            let v = self
                 .tree
-                .sym_of(&rest[..i])
-                .and_then(|s| self.tree.kid_key(k, s));
-            let Some(kid) = kid else { break };
-            k = kid;
-            rest = &rest[i + 1..];
-        }
-        let (missing, leaf) = match rest.bytes().rposition(|b| b == sep) {
-            Some(i) => (&rest[..i], &rest[i + 1..]),
-            None => {
-                let v = self
-                    .tree
-                    .sym_of(rest)
-                    .and_then(|s| self.tree.local_var_key(k, s));
-                if let Some(v) = v {
-                    return Ok((self.tree.var_id(v), false));
-                }
-                ("", rest)
+                .sym_of(leaf)
+                .and_then(|s| self.tree.local_var_key(k, s));
+            if !dirs.is_empty() {
+                self.prefixes.record(&self.tree, dirs, sep, from, &levels);
             }
-        };
-        let leaf_at = name.len() - leaf.len();
-        let dirs = &name[..leaf_at.saturating_sub(1)];
+            if let Some(v) = v {
+                return Ok((self.tree.var_id(v), false));
+            }
+        }
         let value = make(leaf, dirs)?;
         let shape = value.shape();
         let mut first_new: Option<ScopeKey> = None;
         let created = (|| -> Result<VarId, Error> {
-            if !missing.is_empty() {
-                for c in missing.split(char::from(sep)) {
-                    k = self.tree.new_named_scope(self.tree.scope_id(k), c)?.key;
-                    first_new.get_or_insert(k);
-                }
+            let mut done = at;
+            while done < dirs.len() {
+                let begin = if done == 0 { 0 } else { done + 1 };
+                let end = find_byte(&dirs[begin..], sep).map_or(dirs.len(), |i| begin + i);
+                k = self
+                    .tree
+                    .new_named_scope(self.tree.scope_id(k), &dirs[begin..end])?
+                    .key;
+                first_new.get_or_insert(k);
+                levels.push((end, k));
+                done = end;
             }
             self.create_var_with(k, leaf, Box::new(value))
         })();
@@ -834,6 +872,9 @@ impl VariableStore {
                 return Err(e.into());
             }
         };
+        if first_new.is_some() {
+            self.prefixes.record(&self.tree, dirs, sep, from, &levels);
+        }
         let full: Arc<str> = if sep == b'/' {
             Arc::from(name)
         } else {
@@ -1133,6 +1174,17 @@ impl VariableStore {
         self.collections
             .maybe_compact(|v| var_meta.contains_key(v) && tree.var_is_live(v));
         Ok(())
+    }
+}
+
+/// `name` split at its last `sep` (an ASCII byte) into the scope path and
+/// the leaf; the path is empty for a name without `sep`. O(len).
+#[cfg(feature = "candle")]
+fn split_leaf(name: &str, sep: u8) -> (&str, &str) {
+    debug_assert!(sep.is_ascii());
+    match name.bytes().rposition(|b| b == sep) {
+        Some(i) => (&name[..i], &name[i + 1..]),
+        None => ("", name),
     }
 }
 
