@@ -8,10 +8,12 @@ use candle_core::{DType, Device, Shape, Tensor, Var};
 use candle_nn::var_builder::SimpleBackend;
 use candle_nn::{Init, VarBuilder};
 use rustc_hash::FxHashSet;
+use slotmap::SecondaryMap;
 
 use super::error::Error;
 use super::var::var_codec;
 use crate::VarId;
+use crate::arena::{TreeTag, VarKey};
 use crate::checkpoint::{self, LoadOptions, LoadReport, SaveOptions, SaveReport, Separator};
 use crate::sharing::{GLOBAL_VARIABLES, TRAINABLE_VARIABLES, VariableStore};
 
@@ -24,9 +26,11 @@ struct Inner {
     sealed: bool,
     /// The collections a variable the store creates joins.
     collections: Vec<String>,
-    /// The variables the backend has handed out (a deleted and recreated
-    /// variable has a new handle, so it counts as not asked).
-    asked: FxHashSet<VarId>,
+    /// The variables the backend has handed out, by key, with their tree's
+    /// tag: slotmap's versions make a deleted and recreated variable a new
+    /// key, so it counts as not asked, and the map never holds more entries
+    /// than the tree has had variable slots.
+    asked: SecondaryMap<VarKey, TreeTag>,
 }
 
 impl Default for Inner {
@@ -36,7 +40,7 @@ impl Default for Inner {
             rules: Vec::new(),
             sealed: false,
             collections: vec![GLOBAL_VARIABLES.to_owned(), TRAINABLE_VARIABLES.to_owned()],
-            asked: FxHashSet::default(),
+            asked: SecondaryMap::new(),
         }
     }
 }
@@ -566,7 +570,7 @@ impl CandleStore {
         Ok(inner
             .named()?
             .into_iter()
-            .filter(|(_, id, _)| !inner.asked.contains(id))
+            .filter(|(_, id, _)| inner.asked.get(id.key) != Some(&id.tree))
             .map(|(k, ..)| k)
             .collect())
     }
@@ -710,11 +714,7 @@ fn check_reuse(
 
 /// The tensor `get` returns: the `Var`'s own, or a detached one if frozen.
 fn hand_out(inner: &mut Inner, name: &str, id: VarId, var: &Var) -> Tensor {
-    if inner.asked.insert(id) && inner.asked.len() > 2 * inner.store.tree().var_count() + 64 {
-        // Handles of deleted variables: drop them, amortised O(1) a call.
-        let tree = inner.store.tree();
-        inner.asked.retain(|v| tree.contains_var(*v));
-    }
+    inner.asked.insert(id.key, id.tree);
     if inner.is_frozen(name) {
         var.as_detached_tensor()
     } else {
