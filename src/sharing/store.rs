@@ -787,8 +787,7 @@ impl VariableStore {
         mut level: impl FnMut(usize, ScopeKey),
     ) -> (ScopeKey, usize) {
         while done < dirs.len() {
-            let begin = if done == 0 { 0 } else { done + 1 };
-            let end = find_byte(&dirs[begin..], sep).map_or(dirs.len(), |i| begin + i);
+            let (begin, end) = next_component(dirs, done, sep);
             let kid = self
                 .tree
                 .sym_of(&dirs[begin..end])
@@ -851,8 +850,7 @@ impl VariableStore {
         let created = (|| -> Result<VarId, Error> {
             let mut done = at;
             while done < dirs.len() {
-                let begin = if done == 0 { 0 } else { done + 1 };
-                let end = find_byte(&dirs[begin..], sep).map_or(dirs.len(), |i| begin + i);
+                let (begin, end) = next_component(dirs, done, sep);
                 k = self
                     .tree
                     .new_named_scope(self.tree.scope_id(k), &dirs[begin..end])?
@@ -1186,6 +1184,15 @@ fn split_leaf(name: &str, sep: u8) -> (&str, &str) {
         Some(i) => (&name[..i], &name[i + 1..]),
         None => ("", name),
     }
+}
+
+/// The component of the scope path `dirs` after its first `done` bytes
+/// (0, or the end of a component): where it begins and ends. O(its length).
+#[cfg(feature = "candle")]
+fn next_component(dirs: &str, done: usize, sep: u8) -> (usize, usize) {
+    let begin = if done == 0 { 0 } else { done + 1 };
+    let end = find_byte(&dirs[begin..], sep).map_or(dirs.len(), |i| begin + i);
+    (begin, end)
 }
 
 /// The first `b` (an ASCII byte) in `s`: a plain loop, cheaper than a
