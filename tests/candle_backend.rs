@@ -893,6 +893,14 @@ proptest::proptest! {
                     );
                     let held = store.var(&name)?.map(|v| v.as_tensor().id());
                     proptest::prop_assert_eq!(held, model.get(&name).copied(), "{}", name);
+                    // The sharing layer finds the same variable at its tree path.
+                    let by_path = store.with_store(|s| {
+                        let Some(id) = s.variable(&name.replace('.', "/"))? else {
+                            return Ok::<_, sharing::Error>(None);
+                        };
+                        Ok(Some(s.tree().get::<Var>(id)?.as_tensor().id()))
+                    })?;
+                    proptest::prop_assert_eq!(by_path, model.get(&name).copied(), "{}", name);
                 }
                 Op::Delete(dirs) => {
                     let found = store.with_store(|s| {

@@ -485,7 +485,7 @@ fn create(
     let var = store.create_var_with(place, leaf, payload)?;
     store.record_new_var(
         var.key,
-        std::sync::Arc::from(args.name.as_str()),
+        Some(std::sync::Arc::from(args.name.as_str())),
         &args.collections,
         (shape, args.trainable, args.ty.id, args.ty.name),
     );

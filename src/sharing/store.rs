@@ -46,8 +46,10 @@ pub(crate) struct VarMeta {
     /// How many collection entries the variable has (each becomes a dead
     /// entry when it is deleted; see `Collections::maybe_compact`).
     pub(crate) entries: usize,
-    /// The full name it was created at (the key of its full-name index entry).
-    pub(crate) full: Arc<str>,
+    /// The full name it was created at, the key of its full-name index
+    /// entry; `None` for a variable the index does not hold (the candle
+    /// backend's, which candle finds by their dotted names).
+    pub(crate) full: Option<Arc<str>>,
 }
 
 /// A variable store with TensorFlow-1-style sharing, over a [`ScopeTree`].
@@ -85,9 +87,6 @@ pub struct VariableStore {
     /// Creation number of the next variable the store creates.
     next_seq: u64,
     names: FullNames,
-    /// Scratch space for the `/`-joined full name of a candle name.
-    #[cfg(feature = "candle")]
-    name_buf: Vec<u8>,
     /// The scopes of the last separated name walked.
     #[cfg(feature = "candle")]
     prefixes: Prefixes,
@@ -147,8 +146,6 @@ impl VariableStore {
             collections: Collections::default(),
             next_seq: 0,
             names: FullNames::default(),
-            #[cfg(feature = "candle")]
-            name_buf: Vec::new(),
             #[cfg(feature = "candle")]
             prefixes: Prefixes::default(),
         }
@@ -252,7 +249,9 @@ impl VariableStore {
 
     fn unmake_var(&mut self, v: VarKey) {
         if let Some(meta) = self.var_meta.remove(v) {
-            self.names.remove(&meta.full, v);
+            if let Some(full) = &meta.full {
+                self.names.remove(full, v);
+            }
             self.collections.pop(v, meta.entries);
         }
         if self.tree.var_is_live(v) {
@@ -514,8 +513,9 @@ impl VariableStore {
     /// any: exactly that name, resolved from the root component by component,
     /// never a parent's variable of the same local name. O(len) for a variable
     /// `get_variable` created (one hash of the whole name in an index, checked
-    /// against the tree in O(1)); otherwise O(depth), one O(1) named-kid
-    /// probe per component.
+    /// against the tree in O(1)); otherwise (a variable made through the tree
+    /// or by the candle backend) O(depth), one O(1) named-kid probe per
+    /// component.
     ///
     /// # Errors
     /// [`Tree`](Error::Tree)([`InvalidName`](crate::Error::InvalidName)) for an empty name or component.
@@ -722,12 +722,12 @@ impl VariableStore {
     }
 
     /// Records a variable the true getter just created at `full`: journal,
-    /// collections, metadata and the full-name index. O(collections ×
-    /// number of collections).
+    /// collections, metadata and, if `full` is given, the full-name index.
+    /// O(collections × number of collections).
     pub(crate) fn record_new_var(
         &mut self,
         var: VarKey,
-        full: Arc<str>,
+        full: Option<Arc<str>>,
         collections: &[String],
         meta: (Shape, bool, TypeId, &'static str),
     ) {
@@ -741,7 +741,9 @@ impl VariableStore {
                 self.collections.push(c, seq, var);
             }
         }
-        self.names.insert(&self.tree, Arc::clone(&full), var);
+        if let Some(full) = &full {
+            self.names.insert(&self.tree, Arc::clone(full), var);
+        }
         let (shape, trainable, type_id, type_name) = meta;
         self.var_meta.insert(
             var,
@@ -804,7 +806,9 @@ impl VariableStore {
     /// variable if one exists there, else a new one holding
     /// `make(leaf, scope path)`'s value, with the missing scopes, recorded as
     /// `get_variable` records a trainable variable (`collections`, its
-    /// shape, the full-name index). `make` runs before anything is created,
+    /// shape), except in the full-name index: the candle store finds its
+    /// variables by this walk, so a `/`-joined copy of every name would be
+    /// built for nothing. `make` runs before anything is created,
     /// so its failure changes nothing. Returns the variable and whether it
     /// was created. O(len) plus `make`.
     ///
@@ -873,22 +877,9 @@ impl VariableStore {
         if first_new.is_some() {
             self.prefixes.record(&self.tree, dirs, sep, from, &levels);
         }
-        let full: Arc<str> = if sep == b'/' {
-            Arc::from(name)
-        } else {
-            // One allocation for the full name, through a reused buffer; an
-            // ASCII byte for another keeps the text UTF-8.
-            self.name_buf.clear();
-            self.name_buf
-                .extend(name.bytes().map(|b| if b == sep { b'/' } else { b }));
-            match std::str::from_utf8(&self.name_buf) {
-                Ok(full) => Arc::from(full),
-                Err(_) => Arc::from(name.replace(char::from(sep), "/")),
-            }
-        };
         self.record_new_var(
             var.key,
-            full,
+            None,
             collections,
             (shape, true, TypeId::of::<T>(), std::any::type_name::<T>()),
         );
@@ -896,10 +887,10 @@ impl VariableStore {
     }
 
     /// Records a tree variable made outside `get_variable` (a checkpoint
-    /// load's `create`) as if `get_variable` had made it with `shape`:
-    /// metadata, the full-name index, [`GLOBAL_VARIABLES`] and, when
-    /// `trainable`, [`TRAINABLE_VARIABLES`]. A variable the store already
-    /// knows is left as it is. O(depth + collections).
+    /// load's `create`) as the candle store's `get` records the variables
+    /// it makes: metadata, [`GLOBAL_VARIABLES`] and, when `trainable`,
+    /// [`TRAINABLE_VARIABLES`], not the full-name index. A variable the
+    /// store already knows is left as it is. O(collections).
     #[cfg(feature = "candle")]
     pub(crate) fn adopt(&mut self, var: VarId, shape: Shape, trainable: bool) -> Result<(), Error> {
         self.tree.var_slot(var)?;
@@ -909,7 +900,6 @@ impl VariableStore {
         if self.tree.var_place(var.key).is_none() {
             return Ok(());
         }
-        let full = self.tree.var_path(var)?;
         let type_id = self
             .tree
             .value_type_id(var.key)
@@ -921,7 +911,7 @@ impl VariableStore {
         }
         self.record_new_var(
             var.key,
-            Arc::from(full),
+            None,
             &collections,
             (shape, trainable, type_id, type_name),
         );
@@ -1164,7 +1154,9 @@ impl VariableStore {
         }
         for v in vars {
             if let Some(meta) = self.var_meta.remove(v) {
-                self.names.remove(&meta.full, v);
+                if let Some(full) = &meta.full {
+                    self.names.remove(full, v);
+                }
                 self.collections.died(meta.entries);
             }
         }
