@@ -11,6 +11,9 @@
 //! - `candle_build_interleaved/{varmap,scopetree}/d{64,8}`: the same
 //!   builds, each iteration building through both stores in alternating
 //!   order and timing only its own (store creation and drops untimed).
+//! - `candle_rebuild_interleaved/{varmap,scopetree}/d8`: the `d8` model
+//!   built again, interleaved, through a store that already holds every
+//!   parameter (a build after loading a checkpoint): every `get` is a reuse.
 //! - `candle_step/{varmap,scopetree}`: one training step (forward, backward,
 //!   AdamW step) of the `d64` model built once through each store, both from
 //!   the same weights (the bench asserts bit-identical losses before and
@@ -304,6 +307,43 @@ fn build_bench(c: &mut Criterion) {
         });
     }
     g.finish();
+
+    // The `d8` model built again through a store that already holds every
+    // parameter (a model built after loading its checkpoint): every `get` is
+    // a reuse and nothing is initialised, so the stores' lookups (and
+    // candle-nn's name joining, the same on both sides) are what is timed.
+    let mut g = c.benchmark_group("candle_rebuild_interleaved");
+    let (map, _) = varmap_model(D8);
+    let (store, _) = scopetree_model(D8);
+    let ours = || {
+        let vb = store.var_builder(DType::F32, &Device::Cpu);
+        let start = Instant::now();
+        let model = build(&vb, black_box(D8));
+        let took = start.elapsed();
+        drop(model.unwrap());
+        took
+    };
+    let theirs = || {
+        let vb = VarBuilder::from_varmap(&map, DType::F32, &Device::Cpu);
+        let start = Instant::now();
+        let model = build(&vb, black_box(D8));
+        let took = start.elapsed();
+        drop(model.unwrap());
+        took
+    };
+    g.bench_function("varmap/d8", |b| {
+        b.iter_custom(|iters| interleaved_timed(iters, theirs, ours))
+    });
+    g.bench_function("scopetree/d8", |b| {
+        b.iter_custom(|iters| interleaved_timed(iters, ours, theirs))
+    });
+    g.finish();
+    assert_eq!(
+        store.names().unwrap().len(),
+        tensor_count(D8),
+        "a rebuild creates nothing"
+    );
+    assert_eq!(map.all_vars().len(), tensor_count(D8));
 }
 
 /// A scratch directory of this process.
