@@ -39,7 +39,8 @@ impl Entry {
     }
 }
 
-/// Full name → variable, for the variables the store created.
+/// Full name → variable, for the variables `get_variable` created (not the
+/// candle backend's, which candle finds by their dotted names).
 #[derive(Debug, Default)]
 pub(crate) struct FullNames {
     map: FxHashMap<Arc<str>, Entry>,

@@ -247,12 +247,19 @@ impl VariableStore {
         }
     }
 
+    /// Drops the metadata of `v` and its full-name index entry; returns how
+    /// many collection entries it had, if the store knew it. O(len(name)).
+    fn forget_var(&mut self, v: VarKey) -> Option<usize> {
+        let meta = self.var_meta.remove(v)?;
+        if let Some(full) = &meta.full {
+            self.names.remove(full, v);
+        }
+        Some(meta.entries)
+    }
+
     fn unmake_var(&mut self, v: VarKey) {
-        if let Some(meta) = self.var_meta.remove(v) {
-            if let Some(full) = &meta.full {
-                self.names.remove(full, v);
-            }
-            self.collections.pop(v, meta.entries);
+        if let Some(entries) = self.forget_var(v) {
+            self.collections.pop(v, entries);
         }
         if self.tree.var_is_live(v) {
             let id = self.tree.var_id(v);
@@ -1153,11 +1160,8 @@ impl VariableStore {
             self.counts.forget(s);
         }
         for v in vars {
-            if let Some(meta) = self.var_meta.remove(v) {
-                if let Some(full) = &meta.full {
-                    self.names.remove(full, v);
-                }
-                self.collections.died(meta.entries);
+            if let Some(entries) = self.forget_var(v) {
+                self.collections.died(entries);
             }
         }
         let (var_meta, tree) = (&self.var_meta, &self.tree);
