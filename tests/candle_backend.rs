@@ -854,11 +854,29 @@ fn a_name() -> impl proptest::strategy::Strategy<Value = String> {
         })
 }
 
+/// A name from [`a_name`], or one made invalid: an empty component at the
+/// start, the end or inside (`.w`, `h.`, `h..w`), or a `/` in a component.
+fn a_maybe_bad_name() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    (a_name(), 0..5_u8).prop_map(|(n, how)| match how {
+        1 => format!(".{n}"),
+        2 => format!("{n}."),
+        3 => n.replacen('.', "..", 1),
+        4 => n.replacen('.', "/", 1),
+        _ => n,
+    })
+}
+
+/// Whether candle's dotted `name` is one the store accepts.
+fn valid_dotted(name: &str) -> bool {
+    !name.contains('/') && name.split('.').all(|c| !c.is_empty())
+}
+
 fn an_op() -> impl proptest::strategy::Strategy<Value = Op> {
     use proptest::prelude::*;
     prop_oneof![
-        4 => a_name().prop_map(Op::Get),
-        3 => a_name().prop_map(Op::Contains),
+        4 => a_maybe_bad_name().prop_map(Op::Get),
+        3 => a_maybe_bad_name().prop_map(Op::Contains),
         1 => a_name().prop_map(|n| Op::Delete(n.rsplit_once('.').map_or(n.clone(), |(d, _)| d.to_owned()))),
     ]
 }
@@ -870,7 +888,9 @@ proptest::proptest! {
     /// tensors through any order of names and scope deletions: the walk that
     /// starts below the last name's scopes never answers for a deleted
     /// scope, a recreated one, or a name that shares bytes but not
-    /// components with the last (`h.1` and `h.10`).
+    /// components with the last (`h.1` and `h.10`). An invalid name (`.w`,
+    /// `h..w`, `h/1.w`) is never found and never created, even when its
+    /// valid components name variables of the store.
     #[test]
     fn the_store_answers_names_like_a_map_through_any_history(
         ops in proptest::collection::vec(an_op(), 1..48)
@@ -880,10 +900,25 @@ proptest::proptest! {
             std::collections::BTreeMap::new();
         for op in ops {
             match op {
+                Op::Get(name) if !valid_dotted(&name) => {
+                    let got = store.get(2, &name, Init::Const(0.), DType::F32, &CPU);
+                    proptest::prop_assert!(
+                        matches!(got, Err(Error::InvalidName { .. })),
+                        "{}: {:?}", name, got
+                    );
+                    proptest::prop_assert_eq!(
+                        store.names()?,
+                        model.keys().cloned().collect::<Vec<_>>()
+                    );
+                }
                 Op::Get(name) => {
                     let t = store.get(2, &name, Init::Const(0.), DType::F32, &CPU)?;
                     let id = *model.entry(name.clone()).or_insert(t.id());
                     proptest::prop_assert_eq!(t.id(), id, "{}", name);
+                }
+                Op::Contains(name) if !valid_dotted(&name) => {
+                    proptest::prop_assert!(!vb(&store).contains_tensor(&name), "{}", name);
+                    proptest::prop_assert!(store.var(&name).is_err(), "{}", name);
                 }
                 Op::Contains(name) => {
                     proptest::prop_assert_eq!(

@@ -270,7 +270,6 @@ impl CandleStore {
         device: &Device,
     ) -> Result<Tensor, Error> {
         let shape: Shape = shape.into();
-        check_name(name)?;
         let mut inner = self.lock();
         let Inner {
             store,
@@ -281,8 +280,10 @@ impl CandleStore {
         // One walk: found, or made and created. Freezing is this store's
         // rule, applied when listing and handing out; the sharing layer
         // records every variable it makes trainable, so that `unfreeze`
-        // brings it back.
+        // brings it back. An invalid name is never found, so it is checked
+        // only here, before anything is made.
         let (id, created) = store.get_or_make(name, b'.', collections, |leaf, scope| {
+            check_name(name)?;
             if *sealed {
                 return Err(Error::Sealed {
                     name: name.to_owned(),
@@ -753,9 +754,7 @@ impl SimpleBackend for CandleStore {
     /// Whether `name` is a `Var` of the store (what [`var`](CandleStore::var)
     /// finds, without cloning it: `layer_norm` asks this on every build).
     fn contains_tensor(&self, name: &str) -> bool {
-        if check_name(name).is_err() {
-            return false;
-        }
+        // No name check: the walk never finds an invalid name.
         let inner = self.lock();
         let store = &inner.store;
         store

@@ -769,10 +769,14 @@ impl VariableStore {
     /// by `sep` (`.` for candle names), walked without building a string
     /// from the deepest scope it shares with the last name
     /// [`get_or_make`](Self::get_or_make) walked; `None` if absent or if a
-    /// component is empty. O(len).
+    /// component is empty or holds `/` (no tree name is empty or holds `/`,
+    /// and a leading separator is caught here). O(len).
     #[cfg(feature = "candle")]
     pub(crate) fn find_sep(&self, name: &str, sep: u8) -> Option<VarId> {
         let (dirs, leaf) = split_leaf(name, sep);
+        if leading_sep(name, sep) {
+            return None;
+        }
         let from = self.prefixes.start(&self.tree, dirs, sep);
         let (k, at) = self.walk_sep(from.key, dirs, from.done, sep, |_, _| ());
         if at < dirs.len() {
@@ -824,7 +828,10 @@ impl VariableStore {
     /// (`h.3.attn.q.weight`, `h.3.attn.q.bias`, `h.3.attn.k.weight`), so
     /// most walks take one step.
     ///
-    /// The caller checks that no component is empty or holds `/`.
+    /// A name with an empty component or a `/` is never found (no tree
+    /// name is empty or holds `/`, and a leading separator is caught here),
+    /// so the caller can leave its name check to `make`, the path that
+    /// creates.
     #[cfg(feature = "candle")]
     pub(crate) fn get_or_make<T, E>(
         &mut self,
@@ -843,7 +850,7 @@ impl VariableStore {
         let (mut k, at) = self.walk_sep(from.key, dirs, from.done, sep, |end, key| {
             levels.push((end, key));
         });
-        if at == dirs.len() {
+        if at == dirs.len() && !leading_sep(name, sep) {
             let v = self
                 .tree
                 .sym_of(leaf)
@@ -1180,6 +1187,14 @@ fn split_leaf(name: &str, sep: u8) -> (&str, &str) {
         Some(i) => (&name[..i], &name[i + 1..]),
         None => ("", name),
     }
+}
+
+/// Whether `name` starts with `sep`: an empty first component, which
+/// [`split_leaf`] would otherwise turn into a leaf at the root (`.w` into
+/// `w`). O(1).
+#[cfg(feature = "candle")]
+fn leading_sep(name: &str, sep: u8) -> bool {
+    name.as_bytes().first() == Some(&sep)
 }
 
 /// The component of the scope path `dirs` after its first `done` bytes
