@@ -18,6 +18,8 @@ use smallvec::SmallVec;
 
 use crate::arena::Payload;
 use crate::arena::{ScopeId, ScopeKey, VarId, VarKey};
+#[cfg(feature = "candle")]
+use crate::layer_api::Sym;
 use crate::names::validate_name;
 use crate::sharing::collections::{
     Collections, GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES,
@@ -710,7 +712,7 @@ impl VariableStore {
     pub(crate) fn create_var_with(
         &mut self,
         place: ScopeKey,
-        leaf: &str,
+        leaf: impl crate::Name,
         payload: Box<dyn Payload>,
     ) -> Result<VarId, Error> {
         let var = self.tree.create_var(self.tree.scope_id(place), leaf)?;
@@ -778,7 +780,7 @@ impl VariableStore {
             return None;
         }
         let from = self.prefixes.start(&self.tree, dirs, sep);
-        let (k, at) = self.walk_sep(from.key, dirs, from.done, sep, |_, _| ());
+        let (k, at, _) = self.walk_sep(from.key, dirs, from.done, sep, |_, _| ());
         if at < dirs.len() {
             return None;
         }
@@ -789,7 +791,9 @@ impl VariableStore {
     /// Walks the scope path `dirs` down from `key`, the scope of its first
     /// `done` bytes, as far as its scopes exist, calling `level` with the
     /// end of each component found and its scope. Returns the deepest scope
-    /// reached and the length of its path in `dirs`. O(len).
+    /// reached, the length of its path in `dirs` and, if the walk stopped
+    /// at a component whose name the tree holds, that name's symbol (so that
+    /// a caller creating the scope need not hash it again). O(len).
     #[cfg(feature = "candle")]
     fn walk_sep(
         &self,
@@ -798,18 +802,19 @@ impl VariableStore {
         mut done: usize,
         sep: u8,
         mut level: impl FnMut(usize, ScopeKey),
-    ) -> (ScopeKey, usize) {
+    ) -> (ScopeKey, usize, Option<Sym>) {
         while done < dirs.len() {
             let (begin, end) = next_component(dirs, done, sep);
-            let kid = self
-                .tree
-                .sym_of(&dirs[begin..end])
-                .and_then(|s| self.tree.kid_key(key, s));
-            let Some(kid) = kid else { break };
+            let Some(sym) = self.tree.sym_of(&dirs[begin..end]) else {
+                return (key, done, None);
+            };
+            let Some(kid) = self.tree.kid_key(key, sym) else {
+                return (key, done, Some(sym));
+            };
             level(end, kid);
             (key, done) = (kid, end);
         }
-        (key, done)
+        (key, done, None)
     }
 
     /// Get-or-create at the full name `name` (components separated by
@@ -847,14 +852,16 @@ impl VariableStore {
         let (dirs, leaf) = split_leaf(name, sep);
         let from = self.prefixes.start(&self.tree, dirs, sep);
         let mut levels: SmallVec<[(usize, ScopeKey); 8]> = SmallVec::new();
-        let (mut k, at) = self.walk_sep(from.key, dirs, from.done, sep, |end, key| {
-            levels.push((end, key));
-        });
+        let (mut k, at, mut next_sym) =
+            self.walk_sep(from.key, dirs, from.done, sep, |end, key| {
+                levels.push((end, key));
+            });
+        // The symbols of the first missing scope and of the leaf, when the
+        // tree holds those names: creating with them hashes no text again.
+        let mut leaf_sym = None;
         if at == dirs.len() && !leading_sep(name, sep) {
-            let v = self
-                .tree
-                .sym_of(leaf)
-                .and_then(|s| self.tree.local_var_key(k, s));
+            leaf_sym = self.tree.sym_of(leaf);
+            let v = leaf_sym.and_then(|s| self.tree.local_var_key(k, s));
             if !dirs.is_empty() {
                 self.prefixes.record(&self.tree, dirs, sep, from, &levels);
             }
@@ -869,15 +876,26 @@ impl VariableStore {
             let mut done = at;
             while done < dirs.len() {
                 let (begin, end) = next_component(dirs, done, sep);
-                k = self
-                    .tree
-                    .new_named_scope(self.tree.scope_id(k), &dirs[begin..end])?
-                    .key;
+                let parent = self.tree.scope_id(k);
+                k = match next_sym.take() {
+                    Some(sym) => {
+                        let sym = self.tree.symbol_of(sym);
+                        self.tree.new_named_scope(parent, sym)?
+                    }
+                    None => self.tree.new_named_scope(parent, &dirs[begin..end])?,
+                }
+                .key;
                 first_new.get_or_insert(k);
                 levels.push((end, k));
                 done = end;
             }
-            self.create_var_with(k, leaf, Box::new(value))
+            match leaf_sym {
+                Some(sym) => {
+                    let sym = self.tree.symbol_of(sym);
+                    self.create_var_with(k, sym, Box::new(value))
+                }
+                None => self.create_var_with(k, leaf, Box::new(value)),
+            }
         })();
         let var = match created {
             Ok(v) => v,
