@@ -10,65 +10,12 @@
 //! was: extra memory about the file's size. Print the figures with
 //! `cargo test --release --test checkpoint_memory -- --nocapture`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#[path = "support/peak_alloc.rs"]
+mod peak_alloc;
 
+use peak_alloc::measure;
 use scopetree::checkpoint::{self, LoadOptions, SaveOptions};
 use scopetree::{ScopeTree, VarId};
-
-struct Counting;
-
-thread_local! {
-    /// Bytes allocated minus bytes freed on this thread.
-    static LIVE: Cell<i64> = const { Cell::new(0) };
-    /// The highest `LIVE` since the last reset.
-    static PEAK: Cell<i64> = const { Cell::new(0) };
-}
-
-fn note(bytes: i64) {
-    let _ = LIVE.try_with(|c| {
-        let v = c.get() + bytes;
-        c.set(v);
-        let _ = PEAK.try_with(|p| p.set(p.get().max(v)));
-    });
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged, so `System`'s guarantees carry over; the counting touches only
-// `const`-initialised thread-locals without destructors, which never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size() as i64);
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size() as i64);
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note(-(layout.size() as i64));
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size as i64 - layout.size() as i64);
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// Runs `f` and returns (live bytes before, peak during, live after).
-fn measure(f: impl FnOnce()) -> (i64, i64, i64) {
-    let start = LIVE.with(Cell::get);
-    PEAK.with(|p| p.set(start));
-    f();
-    (start, PEAK.with(Cell::get), LIVE.with(Cell::get))
-}
 
 const TENSORS: usize = 16;
 const ELEMS: usize = 256 * 1024; // 1 MiB of f32 each

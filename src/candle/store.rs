@@ -607,18 +607,26 @@ impl CandleStore {
     }
 
     /// Loads `path` (dotted names, as candle writes them): strict and atomic
-    /// by default, as [`checkpoint::load`]. Loaded values are written into
-    /// the existing `Var`s, so a model already built sees them. With
+    /// by default, as [`checkpoint::load`]: every name, shape and dtype is
+    /// checked against the file's header before anything changes. Loaded
+    /// values are written into the existing `Var`s with `Var::set`, one
+    /// tensor at a time, so a model already built sees them. With
     /// [`LoadOptions::create`] the variables the file names are created (on
     /// the CPU) before the model is built; the model's `get`s then reuse
     /// them, checked. The separator of `opts` is ignored (always `.`).
-    /// O(header + variables × depth + bytes read); memory: the file's
-    /// tensors are read in full before any is assigned.
+    /// O(header + variables × depth + bytes read); memory: about one tensor
+    /// beyond the header (the file's size with
+    /// [`rollback(true)`](LoadOptions::rollback), or for the variables a
+    /// load creates).
     ///
     /// # Errors
     /// [`Error::Checkpoint`] with every missing, unexpected and mismatched
-    /// name in one [`Mismatch`](checkpoint::Error::Mismatch); the store is
-    /// unchanged after any error.
+    /// name in one [`Mismatch`](checkpoint::Error::Mismatch), or a bad file;
+    /// the store is then unchanged. Only a read error of the disk after
+    /// every check has passed can leave some `Var`s loaded
+    /// ([`checkpoint::Error::Data`] with `rolled_back: false`);
+    /// `rollback(true)` reads the whole file before the first `Var::set`,
+    /// so that even that changes nothing.
     ///
     /// ```
     /// # let dir = std::env::temp_dir().join(format!("st-doc-cl-{}", std::process::id()));
@@ -637,7 +645,10 @@ impl CandleStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn load(&self, path: impl AsRef<Path>, opts: &LoadOptions) -> Result<LoadReport, Error> {
-        let mut opts = opts.clone().separator(Separator::Dot).with_type::<Var>();
+        let mut opts = opts
+            .clone()
+            .separator(Separator::Dot)
+            .with_crate_type::<Var>();
         opts.create_with = Some(var_codec);
         let mut inner = self.lock();
         let report = checkpoint::load_store(&mut inner.store, path, &opts)?;

@@ -226,6 +226,16 @@ impl LoadOptions {
         self.types.add::<T>();
         self
     }
+
+    /// Registers `T`, a type the crate implements [`Checkpointable`] for
+    /// (candle's `Var`), as one of its own: by default a load assigns it in
+    /// the in-place pass, one tensor at a time (see
+    /// [`rollback`](Self::rollback)).
+    #[cfg(feature = "candle")]
+    pub(crate) fn with_crate_type<T: Checkpointable>(mut self) -> Self {
+        self.types.add_builtin::<T>();
+        self
+    }
 }
 
 /// What a load did: keys loaded, created, missing from the file and unused.
@@ -257,7 +267,8 @@ enum Step {
         codec: Codec,
         convert_to: Option<Dtype>,
         /// The variable's value is a crate type of the file's dtype and
-        /// byte size: its bytes can be overwritten where they are.
+        /// byte size: its bytes can be overwritten where they are (a shared
+        /// `Var` is assigned from a value read just before).
         in_place: bool,
     },
     Create {
@@ -582,8 +593,9 @@ impl Cursor<'_> {
 ///    [`LoadOptions::rollback`]) is read into new memory, the tree
 ///    untouched: a read error or a value its type rejects changes nothing;
 /// 2. values of the crate's types whose dtype and size already fit are
-///    overwritten in place (only a read error of the disk can fail here,
-///    every check having passed);
+///    overwritten in place, and candle `Var`s in a candle store's load are
+///    assigned from a value read just before, one tensor at a time (only a
+///    read error of the disk can fail here, every check having passed);
 /// 3. the values of pass 1 go in: created variables, replaced values, and
 ///    shared values (candle `Var`s) assigned in place.
 pub(crate) fn apply(
@@ -822,6 +834,94 @@ mod tests {
         );
         for v in vars {
             assert!(tree.value_any(v).is_none());
+        }
+    }
+
+    /// Candle `Var`s in a candle store's load (`with_crate_type`): each is
+    /// assigned in the in-place pass from a value read just before, so a
+    /// load holds one tensor of extra memory; the `Var` a model holds keeps
+    /// its identity and sees the file's values.
+    #[cfg(feature = "candle")]
+    mod candle_vars {
+        use super::*;
+        use candle_core::{Device, Var};
+
+        fn saved(name: &str) -> (ScopeTree, [VarId; 3], [Var; 3], std::path::PathBuf) {
+            let dir = std::env::temp_dir().join(format!("st-load-var-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(name);
+            let mut tree = ScopeTree::new();
+            let root = tree.root();
+            let vars = ["a", "b", "c"].map(|n| tree.var(root, n).unwrap());
+            let held = [1.0_f32, 2.0, 3.0]
+                .map(|x| Var::from_vec(vec![x; 1000], 1000, &Device::Cpu).unwrap());
+            for (v, h) in vars.iter().zip(&held) {
+                tree.set(*v, h.clone()).unwrap();
+            }
+            let opts = SaveOptions::new().with_type::<Var>();
+            save(&tree, root, &path, &opts).unwrap();
+            for h in &held {
+                h.set(
+                    &candle_core::Tensor::zeros(1000, candle_core::DType::F32, &Device::Cpu)
+                        .unwrap(),
+                )
+                .unwrap();
+            }
+            (tree, vars, held, path)
+        }
+
+        fn first(v: &Var) -> f32 {
+            v.as_tensor().get(0).unwrap().to_scalar::<f32>().unwrap()
+        }
+
+        #[test]
+        fn a_load_assigns_each_var_in_place_and_the_held_var_sees_it() {
+            let (mut tree, vars, held, path) = saved("vars.safetensors");
+            let root = tree.root();
+            let opts = LoadOptions::new().with_crate_type::<Var>();
+            let (plan, file) = plan(&tree, root, &path, &opts, &|_| None).unwrap();
+            assert!(
+                plan.steps
+                    .iter()
+                    .all(|(_, s)| matches!(s, Step::Set { in_place: true, .. })),
+                "every Var is assigned in the in-place pass"
+            );
+            apply(&mut tree, root, plan, file, &path, &opts).unwrap();
+            for ((v, h), x) in vars.iter().zip(&held).zip([1.0, 2.0, 3.0]) {
+                assert_eq!(first(h), x);
+                assert_eq!(
+                    tree.get::<Var>(*v).unwrap().as_tensor().id(),
+                    h.as_tensor().id()
+                );
+            }
+        }
+
+        /// The disk fails mid-read: by default the Vars assigned before
+        /// the failure keep the file's values and the error says so; with
+        /// `rollback(true)` every Var is read first and none changes.
+        #[test]
+        fn a_read_error_is_a_partial_load_by_default_and_changes_nothing_with_rollback() {
+            for rollback in [false, true] {
+                let (mut tree, _, held, path) = saved(&format!("vars-{rollback}.safetensors"));
+                let root = tree.root();
+                let opts = LoadOptions::new()
+                    .with_crate_type::<Var>()
+                    .rollback(rollback);
+                let (plan, file) = plan(&tree, root, &path, &opts, &|_| None).unwrap();
+                shrink(&path, 2000);
+                let err = apply(&mut tree, root, plan, file, &path, &opts).unwrap_err();
+                assert!(
+                    matches!(&err, Error::Data { key, rolled_back, .. } if key == "c" && *rolled_back == rollback),
+                    "{err:?}"
+                );
+                let expect = if rollback { [0.0, 0.0] } else { [1.0, 2.0] };
+                assert_eq!(
+                    [first(&held[0]), first(&held[1])],
+                    expect,
+                    "rollback {rollback}"
+                );
+                assert_eq!(first(&held[2]), 0.0);
+            }
         }
     }
 }

@@ -40,10 +40,13 @@ pub trait Checkpointable: Any + Send + Sync + Sized {
 
     /// Whether other owners share this value's storage: a handle such as a
     /// candle `Var`, which a model and an optimizer hold too. A load never
-    /// replaces such a value. It reads every tensor of the file first, then
-    /// writes each into its variable's value with [`assign`](Self::assign),
-    /// so every owner sees the loaded elements and a failed read changes
-    /// nothing. `false` by default.
+    /// replaces such a value: it writes the new elements into it with
+    /// [`assign`](Self::assign), so every owner sees them. For a type of
+    /// yours the load reads every tensor of the file first, so a failed read
+    /// changes nothing; a candle store's load assigns its `Var`s one tensor
+    /// at a time instead, as values of the crate's own types are read in
+    /// place (see [`LoadOptions::rollback`](super::LoadOptions::rollback)).
+    /// `false` by default.
     const SHARED: bool = false;
 
     /// The element type. O(1).
@@ -532,7 +535,9 @@ pub(crate) struct Codec {
     /// Puts a staged value in the variable; returns the replaced one.
     pub(crate) put: fn(&mut crate::ScopeTree, crate::VarId, Old) -> Result<Option<Old>, Error>,
     /// One of the crate's own types (`Vec`, `Box<[_]>`, `Tensor` of an
-    /// element), which read a tensor of their dtype and size in place.
+    /// element, and candle's `Var` in a candle store's load), which take a
+    /// tensor of their dtype and size in place: read into their memory, or
+    /// for a shared type assigned from a value read just before.
     pub(crate) builtin: bool,
 }
 
@@ -630,6 +635,13 @@ fn read_into<T: Checkpointable>(
         }
         other => other,
     };
+    if T::SHARED && tree.is::<T>(var)? {
+        // Its owners hold this value: the new elements are assigned into
+        // it, and the value read for them is dropped at once (its memory
+        // serves the next tensor's).
+        assign::<T>(tree, var, stage::<T>(src)?)?;
+        return Ok(None);
+    }
     put::<T>(tree, var, stage::<T>(src)?)
 }
 
@@ -705,6 +717,15 @@ impl Types {
             c.builtin = true;
         }
         Self { by_id }
+    }
+
+    /// Registers `T` as one of the crate's own types (see
+    /// [`Codec::builtin`]).
+    #[cfg(feature = "candle")]
+    pub(crate) fn add_builtin<T: Checkpointable>(&mut self) {
+        let (id, mut c) = Codec::of::<T>();
+        c.builtin = true;
+        self.by_id.insert(id, c);
     }
 
     pub(crate) fn add<T: Checkpointable>(&mut self) {

@@ -1,0 +1,100 @@
+//! The candle store's checkpoint load: its peak extra memory, measured with
+//! a counting global allocator (this file's own).
+//!
+//! By default a load assigns each `Var` from a value read just before, so it
+//! holds about one tensor beyond the header and its plan, and that memory
+//! serves the next tensor. `rollback(true)` reads every tensor first (about
+//! the file's size) so that a read error of the disk changes nothing. Print
+//! the figures with `cargo test --release --features candle --test
+//! candle_checkpoint_memory -- --nocapture`.
+
+#[path = "support/peak_alloc.rs"]
+mod peak_alloc;
+
+use candle_core::{DType, Device};
+use candle_nn::Init;
+use peak_alloc::measure;
+use scopetree::candle::CandleStore;
+use scopetree::checkpoint::LoadOptions;
+
+const TENSORS: usize = 16;
+const ELEMS: usize = 256 * 1024; // 1 MiB of f32 each
+const TENSOR_BYTES: i64 = (ELEMS * 4) as i64;
+/// Header, plan, report, key strings, read buffer: well under this.
+const OVERHEAD: i64 = 256 * 1024;
+
+fn store(value: f64) -> CandleStore {
+    let store = CandleStore::new();
+    for i in 0..TENSORS {
+        let name = format!("layers.w{i:02}");
+        store
+            .get(
+                ELEMS,
+                &name,
+                Init::Const(value + i as f64),
+                DType::F32,
+                &Device::Cpu,
+            )
+            .unwrap();
+    }
+    store
+}
+
+fn first(store: &CandleStore, name: &str) -> f32 {
+    let var = store.var(name).unwrap().expect("built");
+    var.as_tensor().get(0).unwrap().to_scalar::<f32>().unwrap()
+}
+
+fn saved() -> (tempfile::TempDir, std::path::PathBuf, i64) {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("m.safetensors");
+    store(1.0).save(&p).unwrap();
+    let len = std::fs::metadata(&p).unwrap().len();
+    (d, p, i64::try_from(len).unwrap())
+}
+
+#[test]
+fn a_default_load_holds_about_one_tensor() {
+    let (_d, p, file_len) = saved();
+    let s = store(0.0);
+    let held = s.var("layers.w03").unwrap().expect("built");
+    let (start, peak, end) = measure(|| {
+        s.load(&p, &LoadOptions::new()).unwrap();
+    });
+    let extra = peak - start;
+    println!(
+        "default: file {file_len} B, tensor {TENSOR_BYTES} B, peak extra {extra} B ({:.2} tensors), live change {} B",
+        extra as f64 / TENSOR_BYTES as f64,
+        end - start
+    );
+    assert!(extra <= TENSOR_BYTES + OVERHEAD, "peak extra {extra} B");
+    // The model's Var itself holds the file's values.
+    assert_eq!(
+        held.as_tensor().get(0).unwrap().to_scalar::<f32>().unwrap(),
+        4.0
+    );
+    assert_eq!(first(&s, "layers.w15"), 16.0);
+}
+
+#[test]
+fn a_load_with_rollback_reads_the_whole_file_first() {
+    let (_d, p, file_len) = saved();
+    let s = store(0.0);
+    let (start, peak, _) = measure(|| {
+        s.load(&p, &LoadOptions::new().rollback(true)).unwrap();
+    });
+    let extra = peak - start;
+    println!(
+        "rollback(true): file {file_len} B, peak extra {extra} B ({:.3} x file)",
+        extra as f64 / file_len as f64
+    );
+    assert!(
+        extra >= TENSORS as i64 * TENSOR_BYTES,
+        "peak extra {extra} B"
+    );
+    assert!(
+        extra <= file_len + TENSOR_BYTES + OVERHEAD,
+        "peak extra {extra} B"
+    );
+    assert_eq!(first(&s, "layers.w15"), 16.0);
+}
