@@ -130,6 +130,7 @@ impl ScopeTree {
     /// checkpointable type this way in O(1) instead of trying every type);
     /// `None` when the handle is stale or foreign or the variable has no
     /// value. O(1).
+    #[cfg(feature = "safetensors")]
     pub(crate) fn value_any(&self, var: VarId) -> Option<&dyn std::any::Any> {
         let slot = self.var_slot(var).ok()?;
         slot.value_any()
