@@ -10,56 +10,14 @@
 //! The allocator is `unsafe` because `GlobalAlloc` is an unsafe trait; it
 //! forwards every call to `System` unchanged and only counts.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#[path = "support/peak_alloc.rs"]
+mod peak_alloc;
+
 use std::fmt::Write;
 
 use scopetree::{ScopeId, ScopeTree};
 
-struct Counting;
-
-thread_local! {
-    /// Bytes allocated minus bytes freed on this thread.
-    static LIVE: Cell<i64> = const { Cell::new(0) };
-}
-
-fn note(bytes: i64) {
-    let _ = LIVE.try_with(|c| c.set(c.get() + bytes));
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged, so `System`'s guarantees carry over; the counting touches only a
-// `const`-initialised thread-local without a destructor, which never
-// allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size() as i64);
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size() as i64);
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note(-(layout.size() as i64));
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size as i64 - layout.size() as i64);
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn live() -> i64 {
-    LIVE.with(Cell::get)
-}
+use peak_alloc::live;
 
 /// Cycles counted before the first figure.
 const EARLY: usize = 10_000;

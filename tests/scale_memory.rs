@@ -7,68 +7,14 @@
 //! allocation and no destructor), so tests running in parallel and the test
 //! harness do not disturb each other's figures.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#[path = "support/peak_alloc.rs"]
+mod peak_alloc;
+
 use std::fmt::{self, Write};
 
 use scopetree::ScopeTree;
 
-struct Counting;
-
-thread_local! {
-    /// Bytes allocated and not yet freed by this thread.
-    static LIVE: Cell<isize> = const { Cell::new(0) };
-    /// Highest `LIVE` seen since the last `reset_peak`.
-    static PEAK: Cell<isize> = const { Cell::new(0) };
-}
-
-fn add(bytes: isize) {
-    let _ = LIVE.try_with(|l| {
-        let now = l.get() + bytes;
-        l.set(now);
-        let _ = PEAK.try_with(|p| p.set(p.get().max(now)));
-    });
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the
-// counters are plain thread-local cells that never allocate.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        add(layout.size() as isize);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        add(layout.size() as isize);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        add(-(layout.size() as isize));
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        add(new_size as isize - layout.size() as isize);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
-
-fn live() -> isize {
-    LIVE.with(Cell::get)
-}
-
-fn reset_peak() {
-    PEAK.with(|p| p.set(live()));
-}
-
-fn peak() -> isize {
-    PEAK.with(Cell::get)
-}
+use peak_alloc::{live, peak, reset_peak};
 
 /// Counts lines written, without keeping them.
 #[derive(Default)]
@@ -114,7 +60,7 @@ fn build(tree: &mut ScopeTree, names: &[String]) {
 }
 
 /// One build, a dump to a line count, a spot check, and teardown.
-fn cycle(tree: &mut ScopeTree, names: &[String]) -> (isize, isize) {
+fn cycle(tree: &mut ScopeTree, names: &[String]) -> (i64, i64) {
     let before = live();
     reset_peak();
     build(tree, names);

@@ -5,56 +5,15 @@
 //! re-entered scope left its re-entry bookkeeping behind and every later
 //! scope entry grew it (10.4 MB after 100,000 entries).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#[path = "support/peak_alloc.rs"]
+mod peak_alloc;
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use scopetree::sharing::Error;
 use scopetree::sharing::{Initializer, ScopeOpts, VarScope, VarSpec, VariableStore};
 
-struct Counting;
-
-thread_local! {
-    /// Bytes allocated minus bytes freed on this thread.
-    static LIVE: Cell<i64> = const { Cell::new(0) };
-}
-
-fn note(bytes: i64) {
-    let _ = LIVE.try_with(|c| c.set(c.get() + bytes));
-}
-
-fn live() -> i64 {
-    LIVE.with(Cell::get)
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged, so `System`'s guarantees carry over; the counting touches only a
-// `const`-initialised thread-local without destructor, which never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size() as i64);
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size() as i64);
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note(-(layout.size() as i64));
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size as i64 - layout.size() as i64);
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+use peak_alloc::live;
 
 /// Enters `outer`, and in it a default-named `layer` with one variable;
 /// gives the inner scope's full name.

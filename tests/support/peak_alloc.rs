@@ -4,6 +4,9 @@
 //! `#[path = "support/peak_alloc.rs"] mod peak_alloc;` in a test file of its
 //! own (it installs the file's global allocator).
 
+// Each test file uses some of these functions.
+#![allow(dead_code)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -54,10 +57,25 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
+/// Bytes this thread holds now: allocated minus freed since it started.
+pub fn live() -> i64 {
+    LIVE.with(Cell::get)
+}
+
+/// Starts a new peak at the bytes this thread holds now.
+pub fn reset_peak() {
+    PEAK.with(|p| p.set(live()));
+}
+
+/// The most bytes this thread held since the last [`reset_peak`].
+pub fn peak() -> i64 {
+    PEAK.with(Cell::get)
+}
+
 /// Runs `f` and returns (live bytes before, peak during, live after).
 pub fn measure(f: impl FnOnce()) -> (i64, i64, i64) {
-    let start = LIVE.with(Cell::get);
-    PEAK.with(|p| p.set(start));
+    let start = live();
+    reset_peak();
     f();
-    (start, PEAK.with(Cell::get), LIVE.with(Cell::get))
+    (start, peak(), live())
 }
