@@ -614,6 +614,7 @@ fn read_into<T: Checkpointable>(
     var: crate::VarId,
     src: Source<'_>,
 ) -> Result<Option<Old>, Error> {
+    let holds = tree.is::<T>(var)?;
     // A value of the right type and size takes the bytes where it is.
     let src = match src {
         Source::Reader {
@@ -621,7 +622,7 @@ fn read_into<T: Checkpointable>(
             shape,
             nbytes,
             reader,
-        } if tree.is::<T>(var)? => {
+        } if holds => {
             let v = tree.get_mut::<T>(var)?;
             if v.read_le_in_place(dtype, shape, nbytes, reader)? {
                 return Ok(None);
@@ -635,7 +636,7 @@ fn read_into<T: Checkpointable>(
         }
         other => other,
     };
-    if T::SHARED && tree.is::<T>(var)? {
+    if T::SHARED && holds {
         // Its owners hold this value: the new elements are assigned into
         // it, and the value read for them is dropped at once (its memory
         // serves the next tensor's).

@@ -876,26 +876,14 @@ impl VariableStore {
             let mut done = at;
             while done < dirs.len() {
                 let (begin, end) = next_component(dirs, done, sep);
-                let parent = self.tree.scope_id(k);
-                k = match next_sym.take() {
-                    Some(sym) => {
-                        let sym = self.tree.symbol_of(sym);
-                        self.tree.new_named_scope(parent, sym)?
-                    }
-                    None => self.tree.new_named_scope(parent, &dirs[begin..end])?,
-                }
-                .key;
+                let name = self.name_ref(next_sym.take(), &dirs[begin..end]);
+                k = self.tree.new_named_scope(self.tree.scope_id(k), name)?.key;
                 first_new.get_or_insert(k);
                 levels.push((end, k));
                 done = end;
             }
-            match leaf_sym {
-                Some(sym) => {
-                    let sym = self.tree.symbol_of(sym);
-                    self.create_var_with(k, sym, Box::new(value))
-                }
-                None => self.create_var_with(k, leaf, Box::new(value)),
-            }
+            let name = self.name_ref(leaf_sym, leaf);
+            self.create_var_with(k, name, Box::new(value))
         })();
         let var = match created {
             Ok(v) => v,
@@ -916,6 +904,16 @@ impl VariableStore {
             (shape, true, TypeId::of::<T>(), std::any::type_name::<T>()),
         );
         Ok((var, true))
+    }
+
+    /// The name `text` as its symbol `sym` when the walk found one (so
+    /// that creating with it hashes no text again), else as text. O(1).
+    #[cfg(feature = "candle")]
+    fn name_ref<'a>(&self, sym: Option<Sym>, text: &'a str) -> crate::NameRef<'a> {
+        match sym {
+            Some(sym) => crate::NameRef::Sym(self.tree.symbol_of(sym)),
+            None => crate::NameRef::Str(text),
+        }
     }
 
     /// Records a tree variable made outside `get_variable` (a checkpoint
