@@ -282,22 +282,14 @@ fn build_bench(c: &mut Criterion) {
     for (label, cfg) in [("d64", D64), ("d8", D8)] {
         let ours = || {
             let store = CandleStore::new();
-            let start = Instant::now();
-            let model = build(&store.var_builder(DType::F32, &Device::Cpu), black_box(cfg));
-            let took = start.elapsed();
-            drop((model.unwrap(), store));
-            took
+            timed_build(&store.var_builder(DType::F32, &Device::Cpu), cfg)
         };
         let theirs = || {
             let map = VarMap::new();
-            let start = Instant::now();
-            let model = build(
+            timed_build(
                 &VarBuilder::from_varmap(&map, DType::F32, &Device::Cpu),
-                black_box(cfg),
-            );
-            let took = start.elapsed();
-            drop((model.unwrap(), map));
-            took
+                cfg,
+            )
         };
         g.bench_function(BenchmarkId::new("varmap", label), |b| {
             b.iter_custom(|iters| interleaved_timed(iters, theirs, ours))
@@ -315,22 +307,8 @@ fn build_bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("candle_rebuild_interleaved");
     let (map, _) = varmap_model(D8);
     let (store, _) = scopetree_model(D8);
-    let ours = || {
-        let vb = store.var_builder(DType::F32, &Device::Cpu);
-        let start = Instant::now();
-        let model = build(&vb, black_box(D8));
-        let took = start.elapsed();
-        drop(model.unwrap());
-        took
-    };
-    let theirs = || {
-        let vb = VarBuilder::from_varmap(&map, DType::F32, &Device::Cpu);
-        let start = Instant::now();
-        let model = build(&vb, black_box(D8));
-        let took = start.elapsed();
-        drop(model.unwrap());
-        took
-    };
+    let ours = || timed_build(&store.var_builder(DType::F32, &Device::Cpu), D8);
+    let theirs = || timed_build(&VarBuilder::from_varmap(&map, DType::F32, &Device::Cpu), D8);
     g.bench_function("varmap/d8", |b| {
         b.iter_custom(|iters| interleaved_timed(iters, theirs, ours))
     });
@@ -344,6 +322,16 @@ fn build_bench(c: &mut Criterion) {
         "a rebuild creates nothing"
     );
     assert_eq!(map.all_vars().len(), tensor_count(D8));
+}
+
+/// The time of one build of the `cfg` model through `vb`; the model is
+/// dropped after the clock stops (the store's drop, by the caller, too).
+fn timed_build(vb: &VarBuilder, cfg: Config) -> std::time::Duration {
+    let start = Instant::now();
+    let model = build(vb, black_box(cfg));
+    let took = start.elapsed();
+    drop(model.unwrap());
+    took
 }
 
 /// A scratch directory of this process.
