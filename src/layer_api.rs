@@ -6,7 +6,7 @@
 //! The names and signatures here are the contract between the arena and its
 //! layers: the arena may change its storage, not these.
 
-use crate::arena::{ScopeId, ScopeKey, VarId, VarKey};
+use crate::arena::{ScopeId, ScopeKey, TextFind, VarId, VarKey};
 use crate::tree::ScopeTree;
 
 /// A name's interned index inside one tree (the raw half of a
@@ -111,6 +111,17 @@ impl ScopeTree {
     #[inline]
     pub(crate) fn local_var_key(&self, scope: ScopeKey, sym: Sym) -> Option<VarKey> {
         self.arena().scope(scope)?.vars().find(sym)
+    }
+
+    /// The variable named `text` in `scope`, found without interning `text`
+    /// when the scope holds few variables (see [`TextFind`]); a dead scope
+    /// holds nothing. O(1).
+    #[inline]
+    pub(crate) fn local_var_by_text(&self, scope: ScopeKey, text: &[u8]) -> TextFind {
+        match self.arena().scope(scope) {
+            Some(slot) => slot.vars().find_text(text, self.arena().names()),
+            None => TextFind::Absent,
+        }
     }
 }
 

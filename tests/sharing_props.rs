@@ -1123,3 +1123,94 @@ proptest! {
         check(&store, &ctx)?;
     }
 }
+
+/// The value type a variable of [`get_variable_answers_by_text_at_any_width`]
+/// holds: every third one an `f32`, which a `Vec<f32>` reuse must refuse.
+fn holds_f32(i: usize) -> bool {
+    i % 3 == 0
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(256), ..ProptestConfig::default() })]
+
+    /// `get_variable` finds a variable of a scope with few variables by
+    /// comparing texts, and of a wider one by symbol. Names of one or two
+    /// letters and up to 18 bytes share lengths, prefixes and suffixes, so
+    /// that the compares of every chunk size meet near-misses; scopes hold 0
+    /// to 23 variables, across the scan limit and the table's index; some
+    /// are renamed or removed behind the store's back, through the tree.
+    /// Every answer must be what the tree itself holds at that name.
+    #[test]
+    fn get_variable_answers_by_text_at_any_width(
+        names in prop::collection::vec("[ab]{1,18}", 0..24),
+        renames in prop::collection::vec((any::<prop::sample::Index>(), "[ab]{1,18}"), 0..3),
+        removes in prop::collection::vec(any::<prop::sample::Index>(), 0..3),
+        probes in prop::collection::vec("[ab]{0,18}", 0..12),
+    ) {
+        let mut store = VariableStore::new();
+        let root = store.root_scope();
+        let vs = store
+            .variable_scope(&root, "layer", ScopeOpts::new(), |_, vs| Ok(vs.clone()))
+            .unwrap();
+        let place = vs.place();
+        // name -> (handle, holds an f32)
+        let mut model: HashMap<String, (VarId, bool)> = HashMap::new();
+        for (i, name) in names.iter().enumerate() {
+            if model.contains_key(name) {
+                continue;
+            }
+            let v = if holds_f32(i) {
+                store.get_variable(&vs, VarSpec::new(name).initializer(Initializer::constant(0.5_f32)))
+            } else {
+                store.get_variable(&vs, VarSpec::new(name).initializer(Initializer::constant(vec![0.5_f32])))
+            };
+            model.insert(name.clone(), (v.unwrap(), holds_f32(i)));
+        }
+        let mut held: Vec<String> = Vec::new();
+        for name in &names {
+            if !held.contains(name) {
+                held.push(name.clone());
+            }
+        }
+        for (which, new) in &renames {
+            if held.is_empty() || model.contains_key(new) {
+                continue;
+            }
+            let old = held.remove(which.index(held.len()));
+            store.tree_mut().rename(place, old.as_str(), new.as_str()).unwrap();
+            let entry = model.remove(&old).unwrap();
+            model.insert(new.clone(), entry);
+            held.push(new.clone());
+        }
+        for which in &removes {
+            if held.is_empty() {
+                continue;
+            }
+            let gone = held.remove(which.index(held.len()));
+            let (v, _) = model.remove(&gone).unwrap();
+            store.tree_mut().remove_var(v).unwrap();
+        }
+        let asked = names.iter().chain(&probes).chain(renames.iter().map(|(_, n)| n));
+        for name in asked {
+            let got = store.get_variable(&vs, VarSpec::<Vec<f32>>::new(name).reuse(Reuse::Reuse));
+            match model.get(name) {
+                Some(&(v, false)) => prop_assert_eq!(got, Ok(v), "`{}`", name),
+                Some(&(_, true)) => prop_assert!(
+                    matches!(got, Err(sharing::Error::ShareTypeMismatch { .. })),
+                    "`{}`: {:?}", name, got
+                ),
+                None if name.is_empty() => prop_assert!(
+                    matches!(got, Err(sharing::Error::Tree(Error::InvalidName { .. }))),
+                    "`{}`: {:?}", name, got
+                ),
+                None => prop_assert!(
+                    matches!(got, Err(sharing::Error::VariableMissing { .. })),
+                    "`{}`: {:?}", name, got
+                ),
+            }
+            let in_tree = store.tree().find_local_var(place, name.as_str()).ok().flatten();
+            prop_assert_eq!(in_tree, model.get(name).map(|&(v, _)| v), "`{}`", name);
+        }
+        prop_assert_eq!(store.tree().local_var_count(place).unwrap(), model.len());
+    }
+}

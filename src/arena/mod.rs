@@ -50,7 +50,7 @@ pub(crate) use interner::Interner;
 pub use keys::{ScopeId, Symbol, TreeTag, VarId};
 pub(crate) use keys::{ScopeKey, SlotLabel, VarKey};
 pub(crate) use links::resume;
-pub(crate) use slots::{Entry, INLINE_VARS, Payload, ScopeSlot, VarSlot};
+pub(crate) use slots::{Entry, INLINE_VARS, Payload, ScopeSlot, TextFind, VarSlot};
 pub(crate) use walk::{KeyWalk, Structure};
 
 use keys::slot_index;

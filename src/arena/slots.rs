@@ -9,6 +9,7 @@ use rustc_hash::FxHashMap;
 use slotmap::Key;
 use smallvec::SmallVec;
 
+use super::interner::Interner;
 use super::keys::{ScopeKey, VarKey};
 use crate::layer_api::Sym;
 
@@ -17,6 +18,21 @@ pub(crate) const INLINE_VARS: usize = 4;
 
 /// Past this many local variables a scope also keeps a hash index.
 pub(crate) const INDEX_THRESHOLD: usize = 16;
+
+/// The most entries a table may hold for a lookup by text to compare the
+/// text with each entry's name instead of hashing it into a symbol first.
+pub(crate) const TEXT_SCAN_MAX: usize = 8;
+
+/// What a lookup by text in one scope's table found.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum TextFind {
+    /// The variable of that name.
+    Found(VarKey),
+    /// The scope holds no variable of that name.
+    Absent,
+    /// The table is too long to scan: look the name up by symbol.
+    Unscanned,
+}
 
 /// A value a variable can hold: any `Send + Sync + 'static` type. Blanket
 /// implemented; it only adds the type's name, for messages and dumps.
@@ -62,6 +78,30 @@ pub(crate) fn sig_bit(sym: Sym) -> u64 {
     1u64 << (sym & 63)
 }
 
+/// Whether two names are equal: for names of up to 16 bytes by two
+/// overlapping fixed-size compares, without a call to `memcmp`. O(len).
+#[inline]
+fn same_text(a: &[u8], b: &[u8]) -> bool {
+    fn chunk<const N: usize>(s: &[u8], at: usize) -> Option<[u8; N]> {
+        s.get(at..at + N)?.try_into().ok()
+    }
+    fn ends_equal<const N: usize>(a: &[u8], b: &[u8]) -> bool {
+        let last = a.len() - N;
+        chunk::<N>(a, 0) == chunk::<N>(b, 0) && chunk::<N>(a, last) == chunk::<N>(b, last)
+    }
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    match n {
+        0 => true,
+        1..=3 => a.first() == b.first() && a.get(n / 2) == b.get(n / 2) && a.last() == b.last(),
+        4..=7 => ends_equal::<4>(a, b),
+        8..=16 => ends_equal::<8>(a, b),
+        _ => a == b,
+    }
+}
+
 /// A scope's local variables, in creation order.
 ///
 /// Up to [`INLINE_VARS`] entries live inline in the scope slot; past
@@ -91,6 +131,30 @@ impl VarTable {
             Some(ix) => self.entry(*ix.get(&sym)?).map(|e| e.var),
             // A short scan; no hole can match a name.
             None => self.entries.iter().find(|e| e.sym == sym).map(|e| e.var),
+        }
+    }
+
+    /// The variable named `text`, found by comparing `text` with the name of
+    /// each entry, in a table of at most [`TEXT_SCAN_MAX`] entries: no
+    /// hashing and no interning, which in such a table cost more than the
+    /// scan. [`TextFind::Unscanned`] for a longer table. O(1): at most
+    /// [`TEXT_SCAN_MAX`] compares, each O(len) only when the lengths agree.
+    #[inline]
+    pub(crate) fn find_text(&self, text: &[u8], names: &Interner) -> TextFind {
+        if self.index.is_some() || self.entries.len() > TEXT_SCAN_MAX {
+            return TextFind::Unscanned;
+        }
+        // No name is empty, and a table without an index holds no hole.
+        if text.is_empty() {
+            return TextFind::Absent;
+        }
+        match self
+            .entries
+            .iter()
+            .find(|e| same_text(names.text(e.sym).as_bytes(), text))
+        {
+            Some(e) => TextFind::Found(e.var),
+            None => TextFind::Absent,
         }
     }
 
@@ -398,4 +462,29 @@ impl VarSlot {
 /// one entry and one control byte per bucket).
 pub(crate) fn hash_table_bytes<K, V>(cap: usize) -> usize {
     cap * (mem::size_of::<(K, V)>() + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_text;
+
+    /// Every length up to 24 bytes (each branch of the chunked compare and
+    /// the fallback), with equal texts, with one byte changed at every
+    /// position, and with lengths that differ.
+    #[test]
+    fn same_text_agrees_with_byte_equality() {
+        for n in 0..=24_usize {
+            let a: Vec<u8> = (0..n).map(|i| b'a' + (i % 26) as u8).collect();
+            assert!(same_text(&a, &a.clone()), "len {n}");
+            for at in 0..n {
+                let mut b = a.clone();
+                b[at] = b'#';
+                assert!(!same_text(&a, &b), "len {n}, differs at {at}");
+                assert!(!same_text(&b, &a), "len {n}, differs at {at}");
+            }
+            let mut longer = a.clone();
+            longer.push(b'z');
+            assert!(!same_text(&a, &longer), "len {n} against {}", n + 1);
+        }
+    }
 }

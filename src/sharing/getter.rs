@@ -5,7 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::arena::{ScopeKey, VarId, VarKey};
+use crate::arena::{ScopeKey, TextFind, VarId, VarKey};
 use crate::sharing::chain::{CustomGetter, GetterArgs, NextGetter, TypeInfo};
 use crate::sharing::collections::{GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES};
 use crate::sharing::error::Error;
@@ -90,6 +90,7 @@ impl<T> VarSpec<T> {
     /// assert_eq!(VarSpec::<f32>::new("v").name(), "v");
     /// assert_eq!(VarSpec::<f32>::new(format!("w{}", 3)).name(), "w3");
     /// ```
+    #[inline]
     pub fn new(name: impl AsRef<str>) -> Self {
         VarSpec {
             name: SpecName::new(name.as_ref()),
@@ -216,12 +217,56 @@ impl SpecName {
     #[inline]
     fn new(name: &str) -> Self {
         match u8::try_from(name.len()) {
-            Ok(len) if name.len() <= Self::INLINE => {
-                let mut bytes = [0; Self::INLINE];
-                bytes[..name.len()].copy_from_slice(name.as_bytes());
-                SpecName::Inline { len, bytes }
-            }
+            Ok(len) if name.len() <= Self::INLINE => SpecName::Inline {
+                len,
+                bytes: Self::inline_bytes(name.as_bytes()),
+            },
             _ => SpecName::Heap(name.into()),
+        }
+    }
+
+    /// `src` (at most [`INLINE`](Self::INLINE) bytes) zero-padded, copied
+    /// by two overlapping fixed-size moves (three past 16 bytes) instead of
+    /// a call to `memcpy` of a variable length. O(1).
+    #[inline]
+    fn inline_bytes(src: &[u8]) -> [u8; Self::INLINE] {
+        fn copy<const N: usize>(dst: &mut [u8], at: usize, src: &[u8]) {
+            if let (Some(d), Some(s)) = (dst.get_mut(at..at + N), src.get(at..at + N)) {
+                d.copy_from_slice(s);
+            }
+        }
+        let mut bytes = [0; Self::INLINE];
+        let n = src.len();
+        match n {
+            0 => {}
+            1..=3 => {
+                copy::<1>(&mut bytes, 0, src);
+                copy::<1>(&mut bytes, n / 2, src);
+                copy::<1>(&mut bytes, n - 1, src);
+            }
+            4..=7 => {
+                copy::<4>(&mut bytes, 0, src);
+                copy::<4>(&mut bytes, n - 4, src);
+            }
+            8..=16 => {
+                copy::<8>(&mut bytes, 0, src);
+                copy::<8>(&mut bytes, n - 8, src);
+            }
+            _ => {
+                copy::<16>(&mut bytes, 0, src);
+                copy::<8>(&mut bytes, n - 8, src);
+            }
+        }
+        bytes
+    }
+
+    /// The name's bytes, without the UTF-8 check of [`as_str`](Self::as_str)
+    /// (the bytes were copied whole from a `str`). O(1).
+    #[inline]
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            SpecName::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(&[]),
+            SpecName::Heap(s) => s.as_bytes(),
         }
     }
 
@@ -235,9 +280,10 @@ impl SpecName {
     }
 }
 
-/// `get_variable` and `get_local_variable`: the fast path for an existing
-/// variable without custom getters (no string is built), else the getter
-/// chain down to [`true_getter`].
+/// `get_variable` and `get_local_variable`: the common reuse answered inline
+/// ([`reuse_held`]: no string is hashed, parsed or built), else
+/// [`get_or_create`].
+#[inline]
 pub(crate) fn get_variable<T>(
     store: &mut VariableStore,
     scope: &VarScope,
@@ -247,18 +293,86 @@ pub(crate) fn get_variable<T>(
 where
     T: HasShape + Send + Sync + 'static,
 {
+    match reuse_held(store, scope, &spec) {
+        Some(var) => {
+            // What the spec may own, dropped only if present: its rare
+            // parts (an initializer, collections) and a long name.
+            let VarSpec { name, rare, .. } = spec;
+            if let Some(rare) = rare {
+                drop(rare);
+            }
+            if let SpecName::Heap(name) = name {
+                drop(name);
+            }
+            Ok(var)
+        }
+        None => get_or_create(store, scope, spec, local),
+    }
+}
+
+/// The most common call, answered before anything else: the variable is
+/// held by the variable scope itself under a name that scope's few
+/// variables are scanned for by text, it holds a `T`, no shape is asked for,
+/// the reuse mode is set and no custom getter runs. Exactly what
+/// [`get_or_create`] returns for such a call. O(1); `None` for any other
+/// call, which `get_or_create` then answers in full.
+#[inline]
+fn reuse_held<T: 'static>(
+    store: &VariableStore,
+    scope: &VarScope,
+    spec: &VarSpec<T>,
+) -> Option<VarId> {
+    let custom = spec.rare.as_deref().is_some_and(|r| r.getter.is_some());
+    if custom
+        || spec.shape.is_some()
+        || !scope.getters.is_empty()
+        || spec.reuse.or(scope.reuse) == Reuse::Inherit
+        || scope.place.tree() != store.tree().tag()
+    {
+        return None;
+    }
+    let tree = store.tree();
+    match tree.local_var_by_text(scope.place.key, spec.name.as_bytes()) {
+        TextFind::Found(var) if tree.value_type_id(var) == Some(std::any::TypeId::of::<T>()) => {
+            Some(tree.var_id(var))
+        }
+        _ => None,
+    }
+}
+
+/// [`get_variable`] in full: the lookup of an existing variable for any
+/// spec, then the getter chain down to [`true_getter`].
+fn get_or_create<T>(
+    store: &mut VariableStore,
+    scope: &VarScope,
+    spec: VarSpec<T>,
+    local: bool,
+) -> Result<VarId, Error>
+where
+    T: HasShape + Send + Sync + 'static,
+{
     let base = store.tree().check_scope(scope.place)?;
-    let text = spec.name.as_str();
     let reuse = spec.reuse.or(scope.reuse);
     let rare = spec.rare.as_deref();
     let own_getter = rare.and_then(|r| r.getter.as_ref());
     if own_getter.is_none() && scope.getters.is_empty() {
-        // A name without '/' (the common case) is its own leaf: no parse.
-        let found = if !text.is_empty() && !text.as_bytes().contains(&b'/') {
-            store.locate(base, None, text).map(|v| (v, text))
-        } else {
-            let (dirs, leaf) = Path::parse(text)?.split_leaf();
-            store.locate(base, dirs, leaf).map(|v| (v, leaf))
+        // A name held by a scope of few variables is found by its text,
+        // without hashing or parsing it (a variable's name has no '/').
+        // Otherwise a name without '/' is its own leaf; a path is parsed.
+        let found = match store.tree().local_var_by_text(base, spec.name.as_bytes()) {
+            TextFind::Found(var) => Some((var, None)),
+            scanned => {
+                let text = spec.name.as_str();
+                if !text.is_empty() && !text.as_bytes().contains(&b'/') {
+                    match scanned {
+                        TextFind::Unscanned => store.locate(base, None, text).map(|v| (v, None)),
+                        _ => None,
+                    }
+                } else {
+                    let (dirs, leaf) = Path::parse(text)?.split_leaf();
+                    store.locate(base, dirs, leaf).map(|v| (v, Some(leaf)))
+                }
+            }
         };
         if let Some((var, leaf)) = found {
             if spec.shape.is_some() {
@@ -268,6 +382,7 @@ where
                 };
                 if kind == Some(InitKind::Constant) {
                     let owner = store.tree().owner_of(var).unwrap_or(base);
+                    let leaf = leaf.unwrap_or_else(|| spec.name.as_str());
                     return Err(constant_with_shape(store.tree(), leaf, owner));
                 }
             }
@@ -284,7 +399,7 @@ where
         }
     }
     // A '/' is fine in the name: it names a sub-scope.
-    let path = Path::parse(text)?;
+    let path = Path::parse(spec.name.as_str())?;
     let name = crate::sharing::path::join(&scope.name, path.as_str());
     let VarSpec { shape, rare, .. } = spec;
     let Rare {
@@ -490,4 +605,28 @@ fn create(
         (shape, args.trainable, args.ty.id, args.ty.name),
     );
     Ok(var)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SpecName;
+
+    /// An inline name keeps exactly its bytes, zero-padded, for every
+    /// length that is kept inline (each branch of the chunked copy).
+    #[test]
+    fn inline_names_keep_their_bytes() {
+        for n in 0..=SpecName::INLINE {
+            let text: String = (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            let name = SpecName::new(&text);
+            assert!(matches!(name, SpecName::Inline { .. }), "len {n}");
+            assert_eq!(name.as_str(), text);
+            assert_eq!(name.as_bytes(), text.as_bytes());
+            if let SpecName::Inline { bytes, .. } = name {
+                assert!(bytes[n..].iter().all(|&b| b == 0), "len {n}: padding");
+            }
+        }
+        let long = "x".repeat(SpecName::INLINE + 1);
+        assert_eq!(SpecName::new(&long).as_bytes(), long.as_bytes());
+        assert_eq!(SpecName::new("\u{e9}t\u{e9}").as_str(), "\u{e9}t\u{e9}");
+    }
 }
