@@ -113,6 +113,26 @@ impl ScopeTree {
         self.arena().scope(scope)?.vars().find(sym)
     }
 
+    /// The variable named `text` held by `scope` itself: by a text scan when
+    /// the scope holds few variables (see [`TextFind`]), else by symbol; with
+    /// the symbol when the lookup hashed the text into one (a create that
+    /// follows can reuse it). O(len).
+    #[inline]
+    pub(crate) fn local_var_named(
+        &self,
+        scope: ScopeKey,
+        text: &str,
+    ) -> (Option<VarKey>, Option<Sym>) {
+        match self.local_var_by_text(scope, text.as_bytes()) {
+            TextFind::Found(var) => (Some(var), None),
+            TextFind::Absent => (None, None),
+            TextFind::Unscanned => {
+                let sym = self.sym_of(text);
+                (sym.and_then(|s| self.local_var_key(scope, s)), sym)
+            }
+        }
+    }
+
     /// The variable named `text` in `scope`, found without interning `text`
     /// when the scope holds few variables (see [`TextFind`]); a dead scope
     /// holds nothing. O(1).

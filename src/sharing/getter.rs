@@ -352,27 +352,17 @@ where
     T: HasShape + Send + Sync + 'static,
 {
     let base = store.tree().check_scope(scope.place)?;
+    let text = spec.name.as_str();
     let reuse = spec.reuse.or(scope.reuse);
     let rare = spec.rare.as_deref();
     let own_getter = rare.and_then(|r| r.getter.as_ref());
     if own_getter.is_none() && scope.getters.is_empty() {
-        // A name held by a scope of few variables is found by its text,
-        // without hashing or parsing it (a variable's name has no '/').
-        // Otherwise a name without '/' is its own leaf; a path is parsed.
-        let found = match store.tree().local_var_by_text(base, spec.name.as_bytes()) {
-            TextFind::Found(var) => Some((var, None)),
-            scanned => {
-                let text = spec.name.as_str();
-                if !text.is_empty() && !text.as_bytes().contains(&b'/') {
-                    match scanned {
-                        TextFind::Unscanned => store.locate(base, None, text).map(|v| (v, None)),
-                        _ => None,
-                    }
-                } else {
-                    let (dirs, leaf) = Path::parse(text)?.split_leaf();
-                    store.locate(base, dirs, leaf).map(|v| (v, Some(leaf)))
-                }
-            }
+        // A name without '/' (the common case) is its own leaf: no parse.
+        let found = if !text.is_empty() && !text.as_bytes().contains(&b'/') {
+            store.locate(base, None, text).map(|v| (v, text))
+        } else {
+            let (dirs, leaf) = Path::parse(text)?.split_leaf();
+            store.locate(base, dirs, leaf).map(|v| (v, leaf))
         };
         if let Some((var, leaf)) = found {
             if spec.shape.is_some() {
@@ -382,7 +372,6 @@ where
                 };
                 if kind == Some(InitKind::Constant) {
                     let owner = store.tree().owner_of(var).unwrap_or(base);
-                    let leaf = leaf.unwrap_or_else(|| spec.name.as_str());
                     return Err(constant_with_shape(store.tree(), leaf, owner));
                 }
             }
@@ -399,7 +388,7 @@ where
         }
     }
     // A '/' is fine in the name: it names a sub-scope.
-    let path = Path::parse(spec.name.as_str())?;
+    let path = Path::parse(text)?;
     let name = crate::sharing::path::join(&scope.name, path.as_str());
     let VarSpec { shape, rare, .. } = spec;
     let Rare {

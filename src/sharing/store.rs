@@ -493,7 +493,7 @@ impl VariableStore {
             None => start,
             Some(d) => self.resolve(start, Some(d))?,
         };
-        self.tree.local_var_key(scope, self.tree.sym_of(leaf)?)
+        self.tree.local_var_named(scope, leaf).0
     }
 
     /// Follows named kids from `start` along `dirs`, creating the missing
@@ -784,7 +784,7 @@ impl VariableStore {
         if at < dirs.len() {
             return None;
         }
-        let v = self.tree.local_var_key(k, self.tree.sym_of(leaf)?)?;
+        let v = self.tree.local_var_named(k, leaf).0?;
         Some(self.tree.var_id(v))
     }
 
@@ -860,6 +860,8 @@ impl VariableStore {
         // tree holds those names: creating with them hashes no text again.
         let mut leaf_sym = None;
         if at == dirs.len() && !leading_sep(name, sep) {
+            // By symbol, not by a text scan: a model's build mostly misses
+            // here, and the create that follows reuses the symbol.
             leaf_sym = self.tree.sym_of(leaf);
             let v = leaf_sym.and_then(|s| self.tree.local_var_key(k, s));
             if !dirs.is_empty() {
