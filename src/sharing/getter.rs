@@ -82,7 +82,7 @@ impl<T> fmt::Debug for VarSpec<T> {
 impl<T> VarSpec<T> {
     /// A spec for the variable `name`, relative to the scope it is asked in
     /// (it may contain `/`: `"a/b"` is `b` in the sub-scope `a`). A name of
-    /// up to 22 bytes is kept inline, so building a spec allocates nothing.
+    /// up to 23 bytes is kept inline, so building a spec allocates nothing.
     /// O(len).
     ///
     /// ```
@@ -201,81 +201,101 @@ impl<T> VarSpec<T> {
     }
 }
 
-/// The name of a [`VarSpec`]: inline up to [`SpecName::INLINE`] bytes.
+/// The name of a [`VarSpec`]: inline up to [`SpecName::INLINE`] bytes, in
+/// one 24-byte image (the length, then the bytes, zero-padded), else on the
+/// heap.
 #[derive(Clone)]
-enum SpecName {
-    Inline {
-        len: u8,
-        bytes: [u8; SpecName::INLINE],
-    },
-    Heap(Box<str>),
+struct SpecName {
+    /// `image[0]` is the length of an inline name; the bytes follow.
+    image: [u8; 24],
+    /// A name longer than [`INLINE`](Self::INLINE) bytes.
+    heap: Option<Box<str>>,
 }
 
 impl SpecName {
-    const INLINE: usize = 22;
+    const INLINE: usize = 23;
 
     #[inline]
     fn new(name: &str) -> Self {
         match u8::try_from(name.len()) {
-            Ok(len) if name.len() <= Self::INLINE => SpecName::Inline {
-                len,
-                bytes: Self::inline_bytes(name.as_bytes()),
+            Ok(len) if name.len() <= Self::INLINE => SpecName {
+                image: Self::image(len, name.as_bytes()),
+                heap: None,
             },
-            _ => SpecName::Heap(name.into()),
+            _ => SpecName {
+                image: [0; 24],
+                heap: Some(name.into()),
+            },
         }
     }
 
-    /// `src` (at most [`INLINE`](Self::INLINE) bytes) zero-padded, copied
-    /// by two overlapping fixed-size moves (three past 16 bytes) instead of
-    /// a call to `memcpy` of a variable length. O(1).
+    /// The image of an inline name `src` of `len` bytes. The bytes are
+    /// gathered by overlapping fixed-size loads into integers and the image
+    /// is stored as three 8-byte words: no call to `memcpy` of a variable
+    /// length, and no narrow stores that the spec's later 8-byte moves would
+    /// have to wait for. O(1).
     #[inline]
-    fn inline_bytes(src: &[u8]) -> [u8; Self::INLINE] {
-        fn copy<const N: usize>(dst: &mut [u8], at: usize, src: &[u8]) {
-            if let (Some(d), Some(s)) = (dst.get_mut(at..at + N), src.get(at..at + N)) {
-                d.copy_from_slice(s);
-            }
+    fn image(len: u8, src: &[u8]) -> [u8; 24] {
+        fn load<const N: usize>(s: &[u8], at: usize) -> [u8; N] {
+            s.get(at..at + N)
+                .and_then(|c| c.try_into().ok())
+                .unwrap_or([0; N])
         }
-        let mut bytes = [0; Self::INLINE];
         let n = src.len();
-        match n {
-            0 => {}
-            1..=3 => {
-                copy::<1>(&mut bytes, 0, src);
-                copy::<1>(&mut bytes, n / 2, src);
-                copy::<1>(&mut bytes, n - 1, src);
-            }
+        let byte = |i: usize| u128::from(src.get(i).copied().unwrap_or(0)) << (8 * i);
+        // Bytes 0..16 of the name, and bytes 16..23.
+        let (lo, hi): (u128, u64) = match n {
+            0 => (0, 0),
+            1..=3 => (byte(0) | byte(n / 2) | byte(n - 1), 0),
             4..=7 => {
-                copy::<4>(&mut bytes, 0, src);
-                copy::<4>(&mut bytes, n - 4, src);
+                let tail = u128::from(u32::from_le_bytes(load(src, n - 4)));
+                (
+                    u128::from(u32::from_le_bytes(load(src, 0))) | tail << (8 * (n - 4)),
+                    0,
+                )
             }
             8..=16 => {
-                copy::<8>(&mut bytes, 0, src);
-                copy::<8>(&mut bytes, n - 8, src);
+                let tail = u128::from(u64::from_le_bytes(load(src, n - 8)));
+                (
+                    u128::from(u64::from_le_bytes(load(src, 0))) | tail << (8 * (n - 8)),
+                    0,
+                )
             }
             _ => {
-                copy::<16>(&mut bytes, 0, src);
-                copy::<8>(&mut bytes, n - 8, src);
+                // The last eight bytes end at `n`; bytes 16.. are their top.
+                let tail = u64::from_le_bytes(load(src, n - 8));
+                (u128::from_le_bytes(load(src, 0)), tail >> (8 * (24 - n)))
             }
-        }
-        bytes
+        };
+        let w0 = u64::from(len) | (lo as u64) << 8;
+        let w1 = (lo >> 56) as u64;
+        let w2 = (lo >> 120) as u64 | hi << 8;
+        let mut image = [0; 24];
+        image[..8].copy_from_slice(&w0.to_le_bytes());
+        image[8..16].copy_from_slice(&w1.to_le_bytes());
+        image[16..].copy_from_slice(&w2.to_le_bytes());
+        image
     }
 
     /// The name's bytes, without the UTF-8 check of [`as_str`](Self::as_str)
     /// (the bytes were copied whole from a `str`). O(1).
     #[inline]
     fn as_bytes(&self) -> &[u8] {
-        match self {
-            SpecName::Inline { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or(&[]),
-            SpecName::Heap(s) => s.as_bytes(),
+        match &self.heap {
+            None => self
+                .image
+                .get(1..1 + usize::from(self.image[0]))
+                .unwrap_or(&[]),
+            Some(s) => s.as_bytes(),
         }
     }
 
     #[inline]
     fn as_str(&self) -> &str {
-        match self {
-            SpecName::Inline { len, bytes } => std::str::from_utf8(&bytes[..usize::from(*len)])
+        match &self.heap {
+            None => std::str::from_utf8(self.as_bytes())
                 .expect("an inline spec name is copied whole from a `str`"),
-            SpecName::Heap(s) => s,
+            Some(s) => s,
         }
     }
 }
@@ -301,7 +321,7 @@ where
             if let Some(rare) = rare {
                 drop(rare);
             }
-            if let SpecName::Heap(name) = name {
+            if let Some(name) = name.heap {
                 drop(name);
             }
             Ok(var)
@@ -607,12 +627,14 @@ mod tests {
         for n in 0..=SpecName::INLINE {
             let text: String = (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
             let name = SpecName::new(&text);
-            assert!(matches!(name, SpecName::Inline { .. }), "len {n}");
+            assert!(name.heap.is_none(), "len {n}");
             assert_eq!(name.as_str(), text);
             assert_eq!(name.as_bytes(), text.as_bytes());
-            if let SpecName::Inline { bytes, .. } = name {
-                assert!(bytes[n..].iter().all(|&b| b == 0), "len {n}: padding");
-            }
+            assert_eq!(usize::from(name.image[0]), n);
+            assert!(
+                name.image[1 + n..].iter().all(|&b| b == 0),
+                "len {n}: padding"
+            );
         }
         let long = "x".repeat(SpecName::INLINE + 1);
         assert_eq!(SpecName::new(&long).as_bytes(), long.as_bytes());
