@@ -114,22 +114,14 @@ impl ScopeTree {
     }
 
     /// The variable named `text` held by `scope` itself: by a text scan when
-    /// the scope holds few variables (see [`TextFind`]), else by symbol; with
-    /// the symbol when the lookup hashed the text into one (a create that
-    /// follows can reuse it). O(len).
+    /// the scope holds few variables (see [`TextFind`]), else by symbol.
+    /// O(len).
     #[inline]
-    pub(crate) fn local_var_named(
-        &self,
-        scope: ScopeKey,
-        text: &str,
-    ) -> (Option<VarKey>, Option<Sym>) {
+    pub(crate) fn local_var_named(&self, scope: ScopeKey, text: &str) -> Option<VarKey> {
         match self.local_var_by_text(scope, text.as_bytes()) {
-            TextFind::Found(var) => (Some(var), None),
-            TextFind::Absent => (None, None),
-            TextFind::Unscanned => {
-                let sym = self.sym_of(text);
-                (sym.and_then(|s| self.local_var_key(scope, s)), sym)
-            }
+            TextFind::Found(var) => Some(var),
+            TextFind::Absent => None,
+            TextFind::Unscanned => self.local_var_key(scope, self.sym_of(text)?),
         }
     }
 

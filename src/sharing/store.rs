@@ -493,7 +493,7 @@ impl VariableStore {
             None => start,
             Some(d) => self.resolve(start, Some(d))?,
         };
-        self.tree.local_var_named(scope, leaf).0
+        self.tree.local_var_named(scope, leaf)
     }
 
     /// Follows named kids from `start` along `dirs`, creating the missing
@@ -784,7 +784,7 @@ impl VariableStore {
         if at < dirs.len() {
             return None;
         }
-        let v = self.tree.local_var_named(k, leaf).0?;
+        let v = self.tree.local_var_named(k, leaf)?;
         Some(self.tree.var_id(v))
     }
 
