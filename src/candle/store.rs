@@ -54,6 +54,29 @@ impl Inner {
             .is_some_and(|&(_, f)| f)
     }
 
+    /// The tensor `get` returns for variable `id` (named `name`), once
+    /// `check` accepts its `Var`: the `Var`'s own tensor, or a detached one
+    /// if the name is frozen; the variable is recorded as asked for. The
+    /// `Var` is borrowed from the tree, not cloned. [`Error::NotAVar`] if
+    /// the variable holds something else or nothing; `check`'s error
+    /// changes nothing. O(freeze rules).
+    fn hand_out(
+        &mut self,
+        id: VarId,
+        name: &str,
+        check: impl FnOnce(&Var) -> Result<(), Error>,
+    ) -> Result<Tensor, Error> {
+        let var = var_ref(&self.store, id, name)?;
+        check(var)?;
+        let tensor = if self.is_frozen(name) {
+            var.as_detached_tensor()
+        } else {
+            var.as_tensor().clone()
+        };
+        self.asked.insert(id.key, id.tree);
+        Ok(tensor)
+    }
+
     /// Every `Var` of the tree with its dotted name and handle, sorted by
     /// name. A tree name with `.` in it (made through the sharing API)
     /// would read as another path, so it is an error, as is a key two
@@ -297,11 +320,13 @@ impl CandleStore {
                 })
                 .map_err(Error::from)
         })?;
-        let var = var_at(&inner, id, name)?;
-        if !created {
-            check_reuse(&var, name, shape.dims(), dtype, device)?;
-        }
-        Ok(hand_out(&mut inner, name, id, &var))
+        inner.hand_out(id, name, |var| {
+            if created {
+                Ok(())
+            } else {
+                check_reuse(var, name, shape.dims(), dtype, device)
+            }
+        })
     }
 
     /// The variable `name` (dotted) as a `Var`, or `None`. O(name length).
@@ -673,15 +698,15 @@ fn existing(inner: &Inner, name: &str) -> Result<Option<(VarId, Var)>, Error> {
     let Some(id) = inner.store.find_sep(name, b'.') else {
         return Ok(None);
     };
-    Ok(Some((id, var_at(inner, id, name)?)))
+    Ok(Some((id, var_ref(&inner.store, id, name)?.clone())))
 }
 
 /// The `Var` variable `id` (named `name`) holds; [`Error::NotAVar`] if it
 /// holds something else or nothing.
-fn var_at(inner: &Inner, id: VarId, name: &str) -> Result<Var, Error> {
-    let tree = inner.store.tree();
+fn var_ref<'a>(store: &'a VariableStore, id: VarId, name: &str) -> Result<&'a Var, Error> {
+    let tree = store.tree();
     match tree.get::<Var>(id) {
-        Ok(v) => Ok(v.clone()),
+        Ok(v) => Ok(v),
         Err(_) => Err(Error::NotAVar {
             name: name.to_owned(),
             holds: tree
@@ -724,16 +749,6 @@ fn check_reuse(
     Ok(())
 }
 
-/// The tensor `get` returns: the `Var`'s own, or a detached one if frozen.
-fn hand_out(inner: &mut Inner, name: &str, id: VarId, var: &Var) -> Tensor {
-    inner.asked.insert(id.key, id.tree);
-    if inner.is_frozen(name) {
-        var.as_detached_tensor()
-    } else {
-        var.as_tensor().clone()
-    }
-}
-
 /// The backend `VarBuilder` calls: [`CandleStore::get`], with errors
 /// wrapped in `candle_core::Error`.
 impl SimpleBackend for CandleStore {
@@ -752,14 +767,15 @@ impl SimpleBackend for CandleStore {
     fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
         check_name(name)?;
         let mut inner = self.lock();
-        let Some((id, var)) = existing(&inner, name)? else {
+        let Some(id) = inner.store.find_sep(name, b'.') else {
             return Err(Error::Missing {
                 name: name.to_owned(),
             }
             .into());
         };
-        check_reuse(&var, name, var.dims(), dtype, dev)?;
-        Ok(hand_out(&mut inner, name, id, &var))
+        Ok(inner.hand_out(id, name, |var| {
+            check_reuse(var, name, var.dims(), dtype, dev)
+        })?)
     }
 
     /// Whether `name` is a `Var` of the store (what [`var`](CandleStore::var)
