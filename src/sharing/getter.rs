@@ -315,8 +315,11 @@ where
 {
     match reuse_held(store, scope, &spec) {
         Some(var) => {
-            // What the spec may own, dropped only if present: its rare
-            // parts (an initializer, collections) and a long name.
+            // What the spec may own on this path: its rare parts (an
+            // initializer, collections) and a long name (`reuse_held`
+            // answers only when no shape is asked for). Dropping these two
+            // instead of the whole spec saves 15 of 199 instructions per
+            // call (callgrind, `examples/probe_get_variable`).
             let VarSpec { name, rare, .. } = spec;
             if let Some(rare) = rare {
                 drop(rare);
