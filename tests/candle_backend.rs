@@ -618,6 +618,56 @@ fn unused_lists_the_names_the_model_never_asked_for() -> R {
     Ok(())
 }
 
+/// A `get` that is refused (another shape, another dtype, a name that holds
+/// something other than a `Var`) hands nothing out: the variable stays
+/// unused, as a load left it, and unchanged. Only an accepted `get` counts.
+#[test]
+fn a_refused_get_does_not_count_as_asked_for() -> R {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("one.safetensors");
+    let trained = CandleStore::new();
+    trained.get((2, 3), "lin.w", Init::Const(2.), DType::F32, &CPU)?;
+    trained.save(&path)?;
+
+    let fresh = CandleStore::new();
+    fresh.load(&path, &LoadOptions::new().create(true))?;
+    let before = snapshot(&fresh);
+    let wrong_shape = fresh.get((3, 2), "lin.w", Init::Const(0.), DType::F32, &CPU);
+    assert!(matches!(wrong_shape, Err(Error::ShapeMismatch { .. })));
+    let wrong_dtype = fresh.get((2, 3), "lin.w", Init::Const(0.), DType::F64, &CPU);
+    assert!(matches!(wrong_dtype, Err(Error::DtypeMismatch { .. })));
+    assert!(vb(&fresh).get_unchecked_dtype("lin.w", DType::F64).is_err());
+    assert_eq!(fresh.unused()?, ["lin.w"]);
+    assert_eq!(snapshot(&fresh), before);
+
+    // A name that holds another value: `NotAVar`, from `get` and from
+    // `get_unchecked`, and the value is left as it was.
+    fresh.with_store(|s| {
+        let root = s.root_scope();
+        s.get_variable(
+            &root,
+            VarSpec::new("lin/v").initializer(Initializer::constant(vec![1.0_f32; 2])),
+        )
+    })?;
+    let err = fresh
+        .get(2, "lin.v", Init::Const(0.), DType::F32, &CPU)
+        .unwrap_err();
+    assert!(matches!(err, Error::NotAVar { .. }), "{err}");
+    let err = vb(&fresh).get_unchecked("lin.v").unwrap_err();
+    assert!(err.to_string().contains("lin.v"), "{err}");
+    let held = fresh.with_store(|s| {
+        let v = s.variable("lin/v")?.expect("created above");
+        Ok::<_, sharing::Error>(s.tree().get::<Vec<f32>>(v)?.clone())
+    })?;
+    assert_eq!(held, [1.0, 1.0]);
+
+    // Accepted: now it counts, and the model sees the loaded values.
+    let t = fresh.get((2, 3), "lin.w", Init::Const(0.), DType::F32, &CPU)?;
+    assert_eq!(t.sum_all()?.to_scalar::<f32>()?, 12.0);
+    assert!(fresh.unused()?.is_empty());
+    Ok(())
+}
+
 // ----- tree names candle cannot read (made through the sharing API) -------------
 
 /// Creates the F32 variable `path` (a tree path, `/` between scopes) of
