@@ -324,7 +324,7 @@ impl CandleStore {
             if created {
                 Ok(())
             } else {
-                check_reuse(var, name, shape.dims(), dtype, device)
+                check_reuse(var, name, Some(shape.dims()), dtype, device)
             }
         })
     }
@@ -717,15 +717,16 @@ fn var_ref<'a>(store: &'a VariableStore, id: VarId, name: &str) -> Result<&'a Va
     }
 }
 
-/// The checks a `get` makes of an existing variable.
+/// The checks a `get` makes of an existing variable: its shape, when one is
+/// asked for (`get_unchecked` asks for none), its dtype and its device.
 fn check_reuse(
     var: &Var,
     name: &str,
-    dims: &[usize],
+    dims: Option<&[usize]>,
     dtype: DType,
     device: &Device,
 ) -> Result<(), Error> {
-    if var.dims() != dims {
+    if let Some(dims) = dims.filter(|&d| d != var.dims()) {
         return Err(Error::ShapeMismatch {
             name: name.to_owned(),
             asked: dims.to_vec(),
@@ -773,9 +774,7 @@ impl SimpleBackend for CandleStore {
             }
             .into());
         };
-        Ok(inner.hand_out(id, name, |var| {
-            check_reuse(var, name, var.dims(), dtype, dev)
-        })?)
+        Ok(inner.hand_out(id, name, |var| check_reuse(var, name, None, dtype, dev))?)
     }
 
     /// Whether `name` is a `Var` of the store (what [`var`](CandleStore::var)
