@@ -315,14 +315,15 @@ pub(crate) fn plan(
         if opts.filter.as_ref().is_some_and(|f| !f(&t.key)) {
             continue;
         }
-        let file_side = describe(t.dtype, &t.shape);
+        // The file's side of a mismatch is only written for a mismatch: a
+        // load that matches formats nothing per tensor.
         let step = if let Some(var) = targets.remove(t.key.as_str()) {
             match check_var(tree, var, &t, opts, shape_of) {
                 Ok(step) => step,
                 Err(tree_side) => {
                     mismatched.push(Mismatch {
                         key: t.key.clone(),
-                        file: file_side,
+                        file: describe(t.dtype, &t.shape),
                         tree: tree_side,
                     });
                     Step::Skip
@@ -334,7 +335,7 @@ pub(crate) fn plan(
                 Err(why) => {
                     mismatched.push(Mismatch {
                         key: t.key.clone(),
-                        file: file_side,
+                        file: describe(t.dtype, &t.shape),
                         tree: why,
                     });
                     Step::Skip
