@@ -302,7 +302,9 @@ pub(crate) fn walk(
             prefix.push_str(sep);
         }
         for (name, var) in tree.local_vars(s)? {
-            let key = format!("{prefix}{name}");
+            let mut key = String::with_capacity(prefix.len() + name.len());
+            key.push_str(&prefix);
+            key.push_str(name);
             if filter.is_none_or(|f| f(&key)) {
                 vars.push((key, var));
             }
