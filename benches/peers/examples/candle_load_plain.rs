@@ -20,24 +20,13 @@ use candle_nn::{VarBuilder, VarMap};
 use scopetree::candle::CandleStore;
 use scopetree::checkpoint::LoadOptions;
 
+#[path = "../support/gpt.rs"]
+#[allow(dead_code)] // the forward pass is the benches', not this example's
+mod gpt;
+
 /// The parameters of the bench's GPT-style model with `d_model` 64.
 fn build(vb: &VarBuilder) -> candle_core::Result<()> {
-    let d = 64;
-    candle_nn::embedding(64, d, vb.pp("wte"))?;
-    candle_nn::embedding(16, d, vb.pp("wpe"))?;
-    for i in 0..16 {
-        let b = vb.pp("h").pp(i);
-        candle_nn::layer_norm(d, 1e-5, b.pp("ln1"))?;
-        for n in ["q", "k", "v", "o"] {
-            candle_nn::linear(d, d, b.pp("attn").pp(n))?;
-        }
-        candle_nn::layer_norm(d, 1e-5, b.pp("ln2"))?;
-        candle_nn::linear(d, 4 * d, b.pp("mlp").pp("fc"))?;
-        candle_nn::linear(4 * d, d, b.pp("mlp").pp("proj"))?;
-    }
-    candle_nn::layer_norm(d, 1e-5, vb.pp("ln_f"))?;
-    candle_nn::linear(d, 64, vb.pp("head"))?;
-    Ok(())
+    gpt::build(vb, gpt::D64).map(drop)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
