@@ -7,9 +7,9 @@ use std::fmt;
 use std::fs::File;
 use std::io::Read;
 
-use rustc_hash::FxHashSet;
 use safetensors::tensor::TensorInfo;
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
+use serde_json::error::Category;
 
 use super::error::{BadFile, Error, cut};
 use super::tensor::Dtype;
@@ -54,25 +54,46 @@ pub(crate) struct Header {
 }
 
 /// The header's top-level entries in file order, duplicates kept.
-struct Entries(Vec<(String, serde_json::Value)>);
+/// The header's entries in file order, read in one pass: a tensor's
+/// description straight into a `TensorInfo`, the metadata (`None`) checked
+/// as a map of strings and dropped. The first entry whose value does not
+/// read is left in `fault` with its key, so that a value of the wrong form
+/// is reported as that entry's problem and not as bad JSON.
+struct EntriesSeed<'f> {
+    fault: &'f mut Option<(String, String)>,
+}
 
-impl<'de> Deserialize<'de> for Entries {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Entries;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object of tensor entries")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries, A::Error> {
-                let mut out = Vec::new();
-                while let Some(kv) = map.next_entry::<String, serde_json::Value>()? {
-                    out.push(kv);
+type Entries = Vec<(String, Option<TensorInfo>)>;
+
+impl<'de> DeserializeSeed<'de> for EntriesSeed<'_> {
+    type Value = Entries;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Entries, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EntriesSeed<'_> {
+    type Value = Entries;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object of tensor entries")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries, A::Error> {
+        let mut out = Vec::with_capacity(map.size_hint().unwrap_or(0));
+        while let Some(key) = map.next_key::<String>()? {
+            let value = if key == "__metadata__" {
+                map.next_value::<HashMap<String, String>>().map(|_| None)
+            } else {
+                map.next_value::<TensorInfo>().map(Some)
+            };
+            match value {
+                Ok(v) => out.push((key, v)),
+                Err(e) => {
+                    *self.fault = Some((key, e.to_string()));
+                    return Err(e);
                 }
-                Ok(Entries(out))
             }
         }
-        d.deserialize_map(V)
+        Ok(out)
     }
 }
 
@@ -120,47 +141,41 @@ pub(crate) fn read_header(file: &mut File, path: &str) -> Result<Header, Error> 
             },
         )
     })?;
-    let Entries(entries) = serde_json::from_str(text).map_err(|e| {
-        bad(
-            path,
-            BadFile::BadJson {
+    let mut fault = None;
+    let mut json = serde_json::Deserializer::from_str(text);
+    let parsed = EntriesSeed { fault: &mut fault }
+        .deserialize(&mut json)
+        .and_then(|entries| json.end().map(|()| entries));
+    let entries = parsed.map_err(|e| {
+        // A value of the wrong form is that entry's problem; broken JSON
+        // (a syntax error, an early end) is the header's.
+        let problem = match fault.take() {
+            Some((key, reason)) if e.classify() == Category::Data => BadFile::BadEntry {
+                key,
+                reason: cut(&reason),
+            },
+            _ => BadFile::BadJson {
                 reason: cut(&e.to_string()),
             },
-        )
+        };
+        bad(path, problem)
     })?;
     drop(raw);
     let data_start = 8 + header_len;
     let data_len = file_len - data_start;
 
-    let mut seen = FxHashSet::default();
+    // A key twice: sorted, no key copied.
+    let mut keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
+    keys.sort_unstable();
+    if let Some(w) = keys.windows(2).find(|w| w[0] == w[1]) {
+        let key = w[0].to_owned();
+        return Err(bad(path, BadFile::DuplicateKey { key }));
+    }
+    drop(keys);
     let mut tensors = Vec::with_capacity(entries.len());
-    for (key, value) in entries {
-        if !seen.insert(key.clone()) {
-            return Err(bad(path, BadFile::DuplicateKey { key }));
-        }
-        if key == "__metadata__" {
-            if let Err(e) = serde_json::from_value::<HashMap<String, String>>(value) {
-                return Err(bad(
-                    path,
-                    BadFile::BadEntry {
-                        key,
-                        reason: cut(&e.to_string()),
-                    },
-                ));
-            }
-            continue;
-        }
-        let info: TensorInfo = match serde_json::from_value(value) {
-            Ok(i) => i,
-            Err(e) => {
-                return Err(bad(
-                    path,
-                    BadFile::BadEntry {
-                        key,
-                        reason: cut(&e.to_string()),
-                    },
-                ));
-            }
+    for (key, info) in entries {
+        let Some(info) = info else {
+            continue; // `__metadata__`, read as a map of strings
         };
         let (begin, end) = (info.data_offsets.0 as u64, info.data_offsets.1 as u64);
         if end < begin || end > data_len {
