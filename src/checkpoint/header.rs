@@ -53,8 +53,7 @@ pub(crate) struct Header {
     pub(crate) data_start: u64,
 }
 
-/// The header's top-level entries in file order, duplicates kept.
-/// The header's entries in file order, read in one pass: a tensor's
+/// The header's entries in file order, duplicates kept, read in one pass: a tensor's
 /// description straight into a `TensorInfo`, the metadata (`None`) checked
 /// as a map of strings and dropped. The first entry whose value does not
 /// read is left in `fault` with its key, so that a value of the wrong form
