@@ -53,11 +53,11 @@ pub(crate) struct Header {
     pub(crate) data_start: u64,
 }
 
-/// The header's entries in file order, duplicates kept, read in one pass: a tensor's
-/// description straight into a `TensorInfo`, the metadata (`None`) checked
-/// as a map of strings and dropped. The first entry whose value does not
-/// read is left in `fault` with its key, so that a value of the wrong form
-/// is reported as that entry's problem and not as bad JSON.
+/// Reads the header's entries in file order, duplicates kept, in one pass:
+/// a tensor's description straight into a `TensorInfo`, the metadata
+/// (`None`) checked as a map of strings and dropped. The first entry whose
+/// value does not read is left in `fault` with its key, so that a value of
+/// the wrong form is reported as that entry's problem and not as bad JSON.
 struct EntriesSeed<'f> {
     fault: &'f mut Option<(String, String)>,
 }
