@@ -161,6 +161,23 @@ fn an_entry_without_offsets_or_with_a_bad_dtype() {
     assert!(matches!(problem(&file(h, &[])), BadFile::BadEntry { .. }));
 }
 
+/// The header is read in one pass: an entry of the wrong form after good
+/// ones is that entry's problem, named by its own key, while a header that
+/// ends inside an entry is broken JSON, not a bad entry.
+#[test]
+fn a_bad_entry_is_named_by_its_key_and_a_cut_entry_is_bad_json() {
+    let h = format!(r#"{{{GOOD_A},"b":{{"dtype":"F32","shape":"five"}}}}"#);
+    assert!(
+        matches!(problem(&file(&h, &[0; 20])), BadFile::BadEntry { ref key, .. } if key == "b"),
+        "{h}"
+    );
+    let h = format!(r#"{{{GOOD_A},"b":{{"dtype":"F3"#);
+    assert!(
+        matches!(problem(&file(&h, &[0; 20])), BadFile::BadJson { .. }),
+        "{h}"
+    );
+}
+
 #[test]
 fn a_duplicate_key() {
     let h = format!(
