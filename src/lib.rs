@@ -47,12 +47,14 @@
 //! | `workers/` | [`WorkerScope`], [`split_workers`](ScopeTree::split_workers), [`WorkerError`]: parallel workers |
 //! | [`checkpoint`] | save and load a tree, a subtree or a store as safetensors (feature `safetensors`, on by default) |
 //! | `candle` | `CandleStore`: scopetree behind candle-nn's `VarBuilder` (feature `candle`, off by default) |
+//! | [`ranks`] | data-parallel ranks: [`ranks::Collective`] (MPI with feature `mpi`, off by default), manifests and their agreement, [`ranks::SyncPlan`] (broadcast, bucketed all-reduce, consistency digest, checkpoints across ranks); above the tree, sharing and checkpoint layers (feature `safetensors`) |
 //! | [`sharing`] | TensorFlow-1-style sharing: [`sharing::VariableStore`], `get_variable`, templates, [`sharing::Error`] |
 //! | [`diagnostics`] | slot sizes and the inline table width, for memory budgets |
 //!
 //! See `docs/design.md` for the arena, handles, invariants and complexities.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
@@ -68,6 +70,9 @@ mod error;
 mod layer_api;
 mod lookup;
 mod names;
+#[cfg(feature = "safetensors")]
+#[cfg_attr(docsrs, doc(cfg(feature = "safetensors")))]
+pub mod ranks;
 mod resolver;
 pub mod sharing;
 mod short;

@@ -1,0 +1,164 @@
+//! Checkpoints across ranks: one rank saves, every rank loads the same
+//! file, and the ranks check that they agree.
+
+use std::path::Path;
+
+use super::collective::{Collective, DIGEST_BYTES, check_root};
+use super::error::Error;
+use super::plan::{SyncPlan, settle};
+use crate::ScopeTree;
+use crate::checkpoint::{self, LoadOptions, LoadReport, Mismatch, SaveOptions, SaveReport};
+
+impl SyncPlan {
+    /// Rank `root` saves the plan's scope to `path` with
+    /// [`checkpoint::save`] (atomically: a temporary file renamed into
+    /// place); the other ranks wait until it is done. A collective call: when
+    /// it returns `Ok` on any rank, the file is whole at `path` (on a
+    /// filesystem every rank sees, for several hosts). O(subtree + bytes
+    /// written) on the root, plus one all-gather of 16 bytes per rank.
+    ///
+    /// Returns the save's report on the root, `None` on the other ranks.
+    ///
+    /// # Errors
+    /// On every rank: [`Error::BadRank`] when `root` is not a rank. On the
+    /// root, the save's error ([`Error::Checkpoint`]), and on the others
+    /// [`Error::PeerFailed`] naming the root; nothing is left at `path` then.
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("st-doc-ranks-save-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// use scopetree::{ScopeTree, checkpoint::SaveOptions, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+    /// let mut tree = ScopeTree::new();
+    /// let w = tree.var(tree.root(), "w")?;
+    /// tree.set(w, vec![1.0_f32; 4])?;
+    /// let mut plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+    /// let report = plan.save_on_root(&SingleProcess, &tree, dir.join("m.safetensors"), 0, &SaveOptions::new())?;
+    /// assert_eq!(report.expect("rank 0 saved").keys, ["w"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn save_on_root<C: Collective + ?Sized>(
+        &self,
+        comm: &C,
+        tree: &ScopeTree,
+        path: impl AsRef<Path>,
+        root: usize,
+        opts: &SaveOptions,
+    ) -> Result<Option<SaveReport>, Error> {
+        check_root(root, comm.size())?;
+        let local = if comm.rank() == root {
+            checkpoint::save(tree, self.scope(), path, opts)
+                .map(Some)
+                .map_err(Error::from)
+        } else {
+            Ok(None)
+        };
+        let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
+        settle(comm, &mut gathered, "saving the checkpoint", local)
+    }
+
+    /// Every rank loads `path` into the plan's scope, strictly (every name,
+    /// dtype and shape of the file must match the plan's variables), then
+    /// the ranks [check](Self::check_consistency) that they hold the same
+    /// bytes. A collective call: call it after
+    /// [`save_on_root`](Self::save_on_root) returned, or at start-up to
+    /// resume. O(header + bytes read) per rank, plus the consistency check.
+    ///
+    /// First every rank checks the file's header against the plan and the
+    /// ranks exchange the outcome, so a file that does not fit makes every
+    /// rank return an error with no value changed. Only a read that fails
+    /// after those checks (the disk, or a file changed meanwhile) leaves the
+    /// other ranks with the file's values, and the failing rank as
+    /// [`checkpoint::load`] leaves it.
+    ///
+    /// # Errors
+    /// On the rank concerned, the load's error ([`Error::Checkpoint`]: an
+    /// unreadable file or [`checkpoint::Error::Mismatch`]), and on the others
+    /// [`Error::PeerFailed`] naming it; [`Error::Diverged`] on every rank
+    /// when the ranks loaded different bytes (files that differ between
+    /// hosts).
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("st-doc-ranks-load-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// use scopetree::{ScopeTree, checkpoint::SaveOptions, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+    /// let mut tree = ScopeTree::new();
+    /// let w = tree.var(tree.root(), "w")?;
+    /// tree.set(w, vec![1.0_f32; 4])?;
+    /// let mut plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+    /// let path = dir.join("m.safetensors");
+    /// plan.save_on_root(&SingleProcess, &tree, &path, 0, &SaveOptions::new())?;
+    /// tree.get_mut::<Vec<f32>>(w)?.fill(0.0);
+    /// let report = plan.load_on_all(&SingleProcess, &mut tree, &path)?;
+    /// assert_eq!(report.loaded, ["w"]);
+    /// assert_eq!(tree.get::<Vec<f32>>(w)?, &[1.0; 4]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn load_on_all<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        tree: &mut ScopeTree,
+        path: impl AsRef<Path>,
+    ) -> Result<LoadReport, Error> {
+        let path = path.as_ref();
+        let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
+        let checked = self.check_file(path);
+        settle(comm, &mut gathered, "checking the checkpoint", checked)?;
+        let loaded =
+            checkpoint::load(tree, self.scope(), path, &LoadOptions::new()).map_err(Error::from);
+        let report = settle(comm, &mut gathered, "loading the checkpoint", loaded)?;
+        self.check_consistency(comm, tree)?;
+        Ok(report)
+    }
+
+    /// Checks the file's header against the plan's manifest: the same keys,
+    /// dtypes, and shapes (element counts for flat values). O(header).
+    fn check_file(&self, path: &Path) -> Result<(), Error> {
+        let mut file = checkpoint::inspect(path)?;
+        file.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        let entries = self.manifest().entries();
+        let (mut missing, mut unexpected, mut mismatched) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut i, mut j) = (0, 0);
+        let mut flat = self.flat();
+        while i < entries.len() || j < file.len() {
+            match (entries.get(i), file.get(j)) {
+                (Some(e), Some(f)) if e.key == f.key => {
+                    let is_flat = flat.next().unwrap_or(false);
+                    let fits = if is_flat {
+                        e.shape.iter().product::<usize>() == f.shape.iter().product::<usize>()
+                    } else {
+                        e.shape == f.shape
+                    };
+                    if e.dtype != f.dtype || !fits {
+                        mismatched.push(Mismatch {
+                            key: e.key.clone(),
+                            file: format!("{:?} {:?}", f.dtype, f.shape),
+                            tree: format!("{:?} {:?}", e.dtype, e.shape),
+                        });
+                    }
+                    i += 1;
+                    j += 1;
+                }
+                (Some(e), f) if f.is_none_or(|f| e.key < f.key) => {
+                    flat.next();
+                    missing.push(e.key.clone());
+                    i += 1;
+                }
+                (_, Some(f)) => {
+                    unexpected.push(f.key.clone());
+                    j += 1;
+                }
+                (_, None) => break,
+            }
+        }
+        if missing.is_empty() && unexpected.is_empty() && mismatched.is_empty() {
+            return Ok(());
+        }
+        Err(checkpoint::Error::Mismatch {
+            path: crate::short::path(&path.to_string_lossy()),
+            missing,
+            unexpected,
+            mismatched,
+        }
+        .into())
+    }
+}

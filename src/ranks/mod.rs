@@ -1,0 +1,67 @@
+//! Ranks: data-parallel training across processes and hosts. Each process
+//! (a *rank*) holds its own tree; a collective library (MPI, feature `mpi`)
+//! carries the bytes; this layer adds what MPI does not check.
+//!
+//! - [`Collective`]: the few collective calls scopetree needs (all-reduce
+//!   of `f32` and `f64`, broadcast of bytes, all-gather of a 16-byte digest,
+//!   barrier). [`SingleProcess`] implements them for a world of one, so the
+//!   same code runs in one process without MPI; with the `mpi` feature, MPI's
+//!   `SimpleCommunicator` implements them.
+//! - [`Manifest`]: the variables of a scope (full names, dtypes, shapes in
+//!   full-name order). Ranks [agree](Manifest::agree) on it by digest before
+//!   any collective that depends on it; on a mismatch every rank returns the
+//!   same [`Error::Disagree`], naming the first variable that differs and the
+//!   ranks on each side.
+//! - [`SyncPlan`]: a scope's variables, agreed once, with their buckets and
+//!   buffers. [`broadcast`](SyncPlan::broadcast) the parameters from a root
+//!   rank, [`all_reduce`](SyncPlan::all_reduce) the gradients (sum or mean,
+//!   in place, in buckets of 25 MiB by default, allocating nothing),
+//!   [`check_consistency`](SyncPlan::check_consistency) of the parameters'
+//!   bytes, and checkpoints across ranks
+//!   ([`save_on_root`](SyncPlan::save_on_root),
+//!   [`load_on_all`](SyncPlan::load_on_all)).
+//!
+//! Synchronised values are `Vec`, `Box<[_]>` and
+//! [`checkpoint::Tensor`](crate::checkpoint::Tensor) of `f32`, `f64` and the
+//! fixed-size integers (reductions: `f32` and `f64` only). The layer sits
+//! above the tree, sharing and checkpoint layers and uses them; none of them
+//! uses it. It needs the `safetensors` feature (on by default); the MPI
+//! implementation needs `mpi`. See `docs/distributed.md`.
+//!
+//! ```
+//! use scopetree::{ScopeTree, ranks::{PlanOptions, Reduce, SingleProcess, SyncPlan}};
+//! let world = SingleProcess; // or `universe.world()` under MPI
+//! let mut tree = ScopeTree::new();
+//! let params = tree.new_named_scope(tree.root(), "params")?;
+//! let grads = tree.new_named_scope(tree.root(), "grads")?;
+//! let w = tree.var(params, "w")?;
+//! tree.set(w, vec![0.5_f32; 8])?;
+//! let g = tree.var(grads, "w")?;
+//! tree.set(g, vec![0.0_f32; 8])?;
+//!
+//! let mut p = SyncPlan::new(&world, &tree, params, &PlanOptions::new())?;
+//! let mut gp = SyncPlan::new(&world, &tree, grads, &PlanOptions::new())?;
+//! p.broadcast(&world, &mut tree, 0)?; // every rank starts from rank 0's parameters
+//! for _step in 0..3 {
+//!     tree.get_mut::<Vec<f32>>(g)?.fill(0.25); // the backward pass
+//!     gp.all_reduce(&world, &mut tree, Reduce::Mean)?;
+//!     // … the optimizer step, the same on every rank …
+//! }
+//! p.check_consistency(&world, &tree)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod access;
+mod buckets;
+mod checkpoint;
+mod collective;
+mod error;
+mod manifest;
+#[cfg(feature = "mpi")]
+mod mpi;
+mod plan;
+
+pub use collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};
+pub use error::Error;
+pub use manifest::{Manifest, ManifestEntry};
+pub use plan::{DEFAULT_BUCKET_BYTES, PlanOptions, Reduce, SyncPlan};

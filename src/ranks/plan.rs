@@ -1,0 +1,695 @@
+//! [`SyncPlan`]: the variables of one scope, agreed between ranks once,
+//! then broadcast, all-reduced in buckets and checked by digest as often as
+//! needed, with every buffer reused.
+
+use std::hash::Hasher;
+
+use bytemuck::Pod;
+use rustc_hash::FxHasher;
+
+use super::access::{Access, FLOATS};
+use super::buckets::Buckets;
+use super::collective::{Collective, DIGEST_BYTES, Digest, check_root};
+use super::error::Error;
+use super::manifest::{Bound, Manifest, bind, bind_store, digest_parts};
+use crate::checkpoint::Dtype;
+use crate::sharing::VariableStore;
+use crate::{ScopeId, ScopeTree, VarId};
+
+/// The default bucket size: 25 MiB, as PyTorch's DDP.
+///
+/// ```
+/// assert_eq!(scopetree::ranks::DEFAULT_BUCKET_BYTES, 25 * 1024 * 1024);
+/// ```
+pub const DEFAULT_BUCKET_BYTES: usize = 25 << 20;
+
+/// The largest number of elements one MPI call can count.
+const MAX_COUNT: usize = i32::MAX as usize;
+
+/// How gradients are combined across ranks.
+///
+/// ```
+/// assert_ne!(scopetree::ranks::Reduce::Sum, scopetree::ranks::Reduce::Mean);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduce {
+    /// The sum over ranks.
+    Sum,
+    /// The sum over ranks divided by the number of ranks (PyTorch DDP's
+    /// gradient average).
+    Mean,
+}
+
+/// Options of a [`SyncPlan`].
+///
+/// ```
+/// use scopetree::ranks::{PlanOptions, DEFAULT_BUCKET_BYTES};
+/// assert_eq!(PlanOptions::new().bucket_bytes_value(), DEFAULT_BUCKET_BYTES);
+/// assert_eq!(PlanOptions::new().bucket_bytes(4096).bucket_bytes_value(), 4096);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanOptions {
+    bucket_bytes: usize,
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PlanOptions {
+    /// Buckets of [`DEFAULT_BUCKET_BYTES`]. O(1).
+    ///
+    /// ```
+    /// let _ = scopetree::ranks::PlanOptions::new();
+    /// ```
+    pub fn new() -> Self {
+        Self {
+            bucket_bytes: DEFAULT_BUCKET_BYTES,
+        }
+    }
+
+    /// The most bytes one collective call moves. A bucket holds at least one
+    /// element, so a size below an element's size means one element per
+    /// call; at most `i32::MAX` elements (MPI's count). Larger buckets make
+    /// fewer calls and cost more memory: the plan keeps two buffers of one
+    /// bucket for each of `f32` and `f64`. O(1).
+    ///
+    /// ```
+    /// use scopetree::ranks::PlanOptions;
+    /// let o = PlanOptions::new().bucket_bytes(1 << 20);
+    /// assert_eq!(o.bucket_bytes_value(), 1 << 20);
+    /// ```
+    #[must_use]
+    pub fn bucket_bytes(mut self, bytes: usize) -> Self {
+        self.bucket_bytes = bytes;
+        self
+    }
+
+    /// The bucket size set. O(1).
+    ///
+    /// ```
+    /// assert_eq!(scopetree::ranks::PlanOptions::new().bucket_bytes(8).bucket_bytes_value(), 8);
+    /// ```
+    pub fn bucket_bytes_value(&self) -> usize {
+        self.bucket_bytes
+    }
+
+    /// The bucket capacity in elements of `size` bytes. O(1).
+    fn cap(&self, size: usize) -> usize {
+        (self.bucket_bytes / size).clamp(1, MAX_COUNT)
+    }
+}
+
+/// One variable of a plan.
+#[derive(Clone, Copy)]
+struct Slot {
+    id: VarId,
+    access: Access,
+    nbytes: usize,
+}
+
+/// A float type a plan reduces.
+trait Float: Pod + std::ops::Div<Output = Self> {
+    const DTYPE: Dtype;
+    fn sum<C: Collective + ?Sized>(comm: &C, send: &[Self], recv: &mut [Self])
+    -> Result<(), Error>;
+    fn of_count(n: usize) -> Self;
+}
+
+impl Float for f32 {
+    const DTYPE: Dtype = Dtype::F32;
+    fn sum<C: Collective + ?Sized>(comm: &C, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
+        comm.all_reduce_sum_f32(send, recv)
+    }
+    #[allow(clippy::cast_precision_loss)]
+    fn of_count(n: usize) -> f32 {
+        n as f32
+    }
+}
+
+impl Float for f64 {
+    const DTYPE: Dtype = Dtype::F64;
+    fn sum<C: Collective + ?Sized>(comm: &C, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
+        comm.all_reduce_sum_f64(send, recv)
+    }
+    #[allow(clippy::cast_precision_loss)]
+    fn of_count(n: usize) -> f64 {
+        n as f64
+    }
+}
+
+/// The buckets and buffers of one float type.
+#[derive(Default)]
+struct Lane<F> {
+    buckets: Buckets,
+    send: Vec<F>,
+    recv: Vec<F>,
+}
+
+impl<F: Float> Lane<F> {
+    fn new(slots: &[Slot], opts: &PlanOptions) -> Self {
+        let size = std::mem::size_of::<F>();
+        let buckets = Buckets::cut(
+            slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.access.dtype == F::DTYPE)
+                .map(|(i, s)| (i, s.nbytes / size)),
+            opts.cap(size),
+        );
+        let n = buckets.longest();
+        Self {
+            buckets,
+            send: vec![F::zeroed(); n],
+            recv: vec![F::zeroed(); n],
+        }
+    }
+
+    /// Sums (or averages) every bucket over the ranks, in place.
+    fn reduce<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        tree: &mut ScopeTree,
+        slots: &[Slot],
+        op: Reduce,
+    ) -> Result<(), Error> {
+        let ranks = F::of_count(comm.size());
+        for (range, len) in &self.buckets.buckets {
+            let segments = &self.buckets.segments[range.clone()];
+            for s in segments {
+                let slot = slots[s.var];
+                let elems: &[F] = cast((slot.access.bytes)(tree, slot.id)?)?;
+                self.send[s.at..s.at + s.len].copy_from_slice(&elems[s.start..s.start + s.len]);
+            }
+            let recv = &mut self.recv[..*len];
+            F::sum(comm, &self.send[..*len], recv)?;
+            if op == Reduce::Mean {
+                for x in recv.iter_mut() {
+                    *x = *x / ranks;
+                }
+            }
+            for s in segments {
+                let slot = slots[s.var];
+                let elems: &mut [F] = cast_mut((slot.access.bytes_mut)(tree, slot.id)?)?;
+                elems[s.start..s.start + s.len].copy_from_slice(&recv[s.at..s.at + s.len]);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn cast<F: Pod>(bytes: &[u8]) -> Result<&[F], Error> {
+    bytemuck::try_cast_slice(bytes).map_err(|e| Error::BadBuffers {
+        op: "all-reduce",
+        reason: e.to_string(),
+    })
+}
+
+fn cast_mut<F: Pod>(bytes: &mut [u8]) -> Result<&mut [F], Error> {
+    bytemuck::try_cast_slice_mut(bytes).map_err(|e| Error::BadBuffers {
+        op: "all-reduce",
+        reason: e.to_string(),
+    })
+}
+
+/// The variables of one scope, as every rank agreed on them, with the
+/// buckets and buffers to synchronise them step after step.
+///
+/// Building a plan is a collective call: every rank makes the manifest of
+/// its scope and the ranks [agree](Manifest::agree) on it. Then:
+/// - [`broadcast`](Self::broadcast) copies the root rank's values to every
+///   rank (initial parameters);
+/// - [`all_reduce`](Self::all_reduce) sums or averages the values over the
+///   ranks in place (gradients), allocating nothing;
+/// - [`check_consistency`](Self::check_consistency) checks that the values
+///   are bit-identical on every rank (parameters, every few steps).
+///
+/// Every call first checks, on every rank, that the variables still hold
+/// the planned types and lengths, and the ranks exchange the outcome; so a
+/// rank whose tree changed makes every rank return an error instead of
+/// hanging in a collective with buffers of the wrong length.
+///
+/// Values are sent as their native bytes: ranks must share the byte order
+/// (every MPI cluster in practice does).
+///
+/// ```
+/// use scopetree::{ScopeTree, ranks::{PlanOptions, Reduce, SingleProcess, SyncPlan}};
+/// let mut tree = ScopeTree::new();
+/// let grads = tree.new_named_scope(tree.root(), "grads")?;
+/// let g = tree.var(grads, "w")?;
+/// tree.set(g, vec![1.0_f32, 2.0])?;
+/// let world = SingleProcess;
+/// let mut plan = SyncPlan::new(&world, &tree, grads, &PlanOptions::new())?;
+/// plan.all_reduce(&world, &mut tree, Reduce::Mean)?;
+/// assert_eq!(tree.get::<Vec<f32>>(g)?, &[1.0, 2.0]); // a world of one
+/// plan.check_consistency(&world, &tree)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct SyncPlan {
+    manifest: Manifest,
+    scope: ScopeId,
+    slots: Vec<Slot>,
+    /// The first variable that is neither `f32` nor `f64`.
+    first_not_float: Option<usize>,
+    f32s: Lane<f32>,
+    f64s: Lane<f64>,
+    byte_cap: usize,
+    /// Per-variable digests of the last consistency check.
+    digests: Vec<u64>,
+    /// One digest per rank, for status exchanges and checks.
+    gathered: Vec<Digest>,
+}
+
+impl std::fmt::Debug for SyncPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncPlan")
+            .field("scope", &self.manifest.scope())
+            .field("vars", &self.slots.len())
+            .field("reduce_buckets", &self.reduce_buckets())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SyncPlan {
+    /// Builds the plan of `scope` and its named descendants, and checks that
+    /// every rank holds the same variables. A collective call: every rank
+    /// calls it. O(variables × depth + sort) for the manifest, plus the
+    /// agreement (see [`Manifest::agree`]); allocates two buffers of one
+    /// bucket per float type.
+    ///
+    /// # Errors
+    /// On every rank: [`Error::Disagree`] when the ranks' manifests differ;
+    /// [`Error::BadOption`] for a bucket of 0 bytes. On the rank concerned
+    /// the manifest's errors ([`Error::Unsupported`], …) and on the others
+    /// [`Error::PeerFailed`]. Nothing changes.
+    ///
+    /// ```
+    /// use scopetree::{ScopeTree, ranks::{Error, PlanOptions, SingleProcess, SyncPlan}};
+    /// let tree = ScopeTree::new();
+    /// let err = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new().bucket_bytes(0))
+    ///     .unwrap_err();
+    /// assert!(matches!(err, Error::BadOption { .. }));
+    /// ```
+    pub fn new<C: Collective + ?Sized>(
+        comm: &C,
+        tree: &ScopeTree,
+        scope: ScopeId,
+        opts: &PlanOptions,
+    ) -> Result<Self, Error> {
+        Self::build(comm, opts, bind(tree, scope, &|_| None))
+    }
+
+    /// [`new`](Self::new) for a whole [`VariableStore`], whose manifest
+    /// carries the shapes the store recorded (see [`Manifest::of_store`]).
+    /// Use the plan with [`VariableStore::tree_mut`]. O(as `new`).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    ///
+    /// ```
+    /// use scopetree::{ranks::{PlanOptions, SingleProcess, SyncPlan}, sharing::VariableStore};
+    /// let mut store = VariableStore::new();
+    /// let root = store.tree().root();
+    /// let w = store.tree_mut().var(root, "w")?;
+    /// store.tree_mut().set(w, vec![1.0_f64; 3])?;
+    /// let mut plan = SyncPlan::for_store(&SingleProcess, &store, &PlanOptions::new())?;
+    /// plan.broadcast(&SingleProcess, store.tree_mut(), 0)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn for_store<C: Collective + ?Sized>(
+        comm: &C,
+        store: &VariableStore,
+        opts: &PlanOptions,
+    ) -> Result<Self, Error> {
+        Self::build(comm, opts, bind_store(store))
+    }
+
+    fn build<C: Collective + ?Sized>(
+        comm: &C,
+        opts: &PlanOptions,
+        bound: Result<Bound, Error>,
+    ) -> Result<Self, Error> {
+        if opts.bucket_bytes == 0 {
+            return Err(Error::BadOption {
+                reason: "a bucket of 0 bytes; pass at least one element's size \
+                         (the default is 25 MiB)"
+                    .into(),
+            });
+        }
+        let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
+        let bound = settle(comm, &mut gathered, "building the plan", bound)?;
+        bound.manifest.agree(comm)?;
+        let slots: Vec<Slot> = bound
+            .vars
+            .iter()
+            .zip(bound.manifest.entries())
+            .map(|(&(id, access), e)| Slot {
+                id,
+                access,
+                nbytes: e.shape.iter().product::<usize>() * (e.dtype.bitsize() / 8),
+            })
+            .collect();
+        Ok(Self {
+            first_not_float: slots
+                .iter()
+                .position(|s| !matches!(s.access.dtype, Dtype::F32 | Dtype::F64)),
+            f32s: Lane::new(&slots, opts),
+            f64s: Lane::new(&slots, opts),
+            byte_cap: opts.cap(1),
+            digests: vec![0; slots.len()],
+            manifest: bound.manifest,
+            scope: bound.scope,
+            slots,
+            gathered,
+        })
+    }
+
+    /// The manifest the ranks agreed on. O(1).
+    ///
+    /// ```
+    /// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+    /// let tree = ScopeTree::new();
+    /// let plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+    /// assert!(plan.manifest().entries().is_empty());
+    /// # Ok::<(), scopetree::ranks::Error>(())
+    /// ```
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The synchronised scope. O(1).
+    ///
+    /// ```
+    /// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+    /// let tree = ScopeTree::new();
+    /// let plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+    /// assert_eq!(plan.scope(), tree.root());
+    /// # Ok::<(), scopetree::ranks::Error>(())
+    /// ```
+    pub fn scope(&self) -> ScopeId {
+        self.scope
+    }
+
+    /// How many all-reduce calls one [`all_reduce`](Self::all_reduce) makes
+    /// (its buckets, `f32` and `f64` together). O(1).
+    ///
+    /// ```
+    /// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+    /// let mut tree = ScopeTree::new();
+    /// let w = tree.var(tree.root(), "w")?;
+    /// tree.set(w, vec![0.0_f32; 10])?;
+    /// let plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new().bucket_bytes(16))?;
+    /// assert_eq!(plan.reduce_buckets(), 3); // 4 + 4 + 2 elements
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reduce_buckets(&self) -> usize {
+        self.f32s.buckets.buckets.len() + self.f64s.buckets.buckets.len()
+    }
+
+    /// Whether each variable, in manifest order, is flat (`Vec`, `Box`). O(1)
+    /// per item.
+    pub(crate) fn flat(&self) -> impl Iterator<Item = bool> + '_ {
+        self.slots.iter().map(|s| s.access.flat)
+    }
+
+    /// Checks that every variable still holds its planned type and length,
+    /// then exchanges the outcome with every rank. O(variables + world
+    /// size); allocates only on failure.
+    fn check_slots<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        tree: &ScopeTree,
+        op: &'static str,
+    ) -> Result<(), Error> {
+        let local = self
+            .slots
+            .iter()
+            .zip(self.manifest.entries())
+            .try_for_each(|(s, e)| match (s.access.bytes)(tree, s.id) {
+                Ok(b) if b.len() == s.nbytes => Ok(()),
+                Ok(b) => Err(Error::Changed {
+                    key: e.key.clone(),
+                    scope: self.manifest.scope().to_owned(),
+                    reason: format!("{} bytes, {} when planned", b.len(), s.nbytes),
+                }),
+                Err(err) => Err(Error::Changed {
+                    key: e.key.clone(),
+                    scope: self.manifest.scope().to_owned(),
+                    reason: err.to_string(),
+                }),
+            });
+        settle(comm, &mut self.gathered, op, local)
+    }
+
+    /// Copies every variable's value on rank `root` to the same variable on
+    /// every rank, in manifest order, one bucket of bytes per broadcast. A
+    /// collective call. O(bytes) per rank; allocates one bucket.
+    ///
+    /// # Errors
+    /// On every rank: [`Error::BadRank`] when `root` is not a rank. On a rank
+    /// whose tree changed since the plan, [`Error::Changed`], and on the
+    /// others [`Error::PeerFailed`]; nothing changes then.
+    ///
+    /// ```
+    /// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+    /// let mut tree = ScopeTree::new();
+    /// let w = tree.var(tree.root(), "w")?;
+    /// tree.set(w, vec![3_i64; 2])?;
+    /// let mut plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+    /// plan.broadcast(&SingleProcess, &mut tree, 0)?;
+    /// assert!(plan.broadcast(&SingleProcess, &mut tree, 1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn broadcast<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        tree: &mut ScopeTree,
+        root: usize,
+    ) -> Result<(), Error> {
+        check_root(root, comm.size())?;
+        self.check_slots(comm, tree, "broadcast")?;
+        let buckets = Buckets::cut(
+            self.slots.iter().map(|s| s.nbytes).enumerate(),
+            self.byte_cap,
+        );
+        let mut buf = vec![0_u8; buckets.longest()];
+        let me = comm.rank() == root;
+        for (range, len) in &buckets.buckets {
+            let segments = &buckets.segments[range.clone()];
+            if me {
+                for s in segments {
+                    let slot = self.slots[s.var];
+                    let bytes = (slot.access.bytes)(tree, slot.id)?;
+                    buf[s.at..s.at + s.len].copy_from_slice(&bytes[s.start..s.start + s.len]);
+                }
+            }
+            comm.broadcast_bytes(root, &mut buf[..*len])?;
+            if !me {
+                for s in segments {
+                    let slot = self.slots[s.var];
+                    let bytes = (slot.access.bytes_mut)(tree, slot.id)?;
+                    bytes[s.start..s.start + s.len].copy_from_slice(&buf[s.at..s.at + s.len]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sums (or averages, [`Reduce::Mean`]) every variable over the ranks,
+    /// in place, in buckets of the plan's size: `f32` variables in manifest
+    /// order, then `f64` ones. A collective call. Allocates nothing; O(bytes)
+    /// per rank for the copies into and out of the buckets, plus one
+    /// all-gather of 16 bytes per rank for the check and the all-reduces.
+    ///
+    /// The sum of each element is MPI's: with two ranks it is one rounded
+    /// addition, the same on both (float addition commutes); with more ranks
+    /// the grouping of the additions is the MPI library's choice. Open MPI's
+    /// algorithms give every rank the same bits; MPI does not promise it, so
+    /// run [`check_consistency`](Self::check_consistency) on the parameters
+    /// every few steps.
+    ///
+    /// # Errors
+    /// On every rank: [`Error::Unsupported`] when the plan holds a variable
+    /// that is neither `f32` nor `f64` (build the plan on the gradients'
+    /// scope). On a rank whose tree changed since the plan,
+    /// [`Error::Changed`], and on the others [`Error::PeerFailed`]; nothing
+    /// changes then.
+    ///
+    /// ```
+    /// use scopetree::{ScopeTree, checkpoint::Tensor, ranks::{PlanOptions, Reduce, SingleProcess, SyncPlan}};
+    /// let mut tree = ScopeTree::new();
+    /// let g = tree.var(tree.root(), "g")?;
+    /// tree.set(g, Tensor::new(vec![2, 2], vec![1.0_f64, 2.0, 3.0, 4.0])?)?;
+    /// let mut plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+    /// plan.all_reduce(&SingleProcess, &mut tree, Reduce::Sum)?;
+    /// assert_eq!(tree.get::<Tensor<f64>>(g)?.data(), &[1.0, 2.0, 3.0, 4.0]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn all_reduce<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        tree: &mut ScopeTree,
+        op: Reduce,
+    ) -> Result<(), Error> {
+        if let Some(i) = self.first_not_float {
+            return Err(Error::Unsupported {
+                key: self.manifest.entries()[i].key.clone(),
+                scope: self.manifest.scope().to_owned(),
+                holds: tree.type_name(self.slots[i].id).ok().flatten(),
+                wanted: FLOATS,
+            });
+        }
+        self.check_slots(comm, tree, "all-reduce")?;
+        self.f32s.reduce(comm, tree, &self.slots, op)?;
+        self.f64s.reduce(comm, tree, &self.slots, op)
+    }
+
+    /// This rank's digest of the variables' bytes: a hash of each value's
+    /// bytes (FxHash, as [`Manifest::digest`]), then of those hashes in
+    /// manifest order. Local: no collective. Allocates nothing. O(bytes).
+    ///
+    /// # Errors
+    /// [`Error::Changed`] if a variable no longer holds its planned type and
+    /// length.
+    ///
+    /// ```
+    /// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+    /// let mut tree = ScopeTree::new();
+    /// let w = tree.var(tree.root(), "w")?;
+    /// tree.set(w, vec![1.0_f32; 4])?;
+    /// let mut plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+    /// let before = plan.digest(&tree)?;
+    /// tree.get_mut::<Vec<f32>>(w)?[3] = 1.5;
+    /// assert_ne!(plan.digest(&tree)?, before);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn digest(&mut self, tree: &ScopeTree) -> Result<Digest, Error> {
+        let mut all = FxHasher::default();
+        for ((s, d), e) in self
+            .slots
+            .iter()
+            .zip(&mut self.digests)
+            .zip(self.manifest.entries())
+        {
+            let bytes = (s.access.bytes)(tree, s.id)
+                .ok()
+                .filter(|b| b.len() == s.nbytes)
+                .ok_or_else(|| Error::Changed {
+                    key: e.key.clone(),
+                    scope: self.manifest.scope().to_owned(),
+                    reason: "another type or length than planned".into(),
+                })?;
+            let mut h = FxHasher::default();
+            h.write(bytes);
+            *d = h.finish();
+            all.write_u64(*d);
+        }
+        Ok(digest_parts(all.finish(), self.slots.len() as u64))
+    }
+
+    /// Checks that every rank holds bit-identical values: the ranks
+    /// all-gather the [`digest`](Self::digest) of their values; when the
+    /// digests differ, each rank broadcasts its per-variable hashes in turn
+    /// and every rank builds the same [`Error::Diverged`]. A collective
+    /// call. Allocates nothing when the ranks agree; O(bytes + world size).
+    ///
+    /// # Errors
+    /// On every rank: [`Error::Diverged`] naming the first variable (in
+    /// manifest order) whose bytes differ and the groups of ranks that hold
+    /// the same bytes there. On a rank whose tree changed since the plan,
+    /// [`Error::Changed`], and on the others [`Error::PeerFailed`].
+    ///
+    /// ```
+    /// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+    /// let mut tree = ScopeTree::new();
+    /// let w = tree.var(tree.root(), "w")?;
+    /// tree.set(w, vec![1.0_f32; 4])?;
+    /// let mut plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+    /// plan.check_consistency(&SingleProcess, &tree)?; // one rank agrees with itself
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_consistency<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        tree: &ScopeTree,
+    ) -> Result<(), Error> {
+        let local = self.digest(tree);
+        let mine = settle(comm, &mut self.gathered, "consistency check", local)?;
+        comm.all_gather_digest(&mine, &mut self.gathered)?;
+        if self.gathered.iter().all(|d| *d == mine) {
+            return Ok(());
+        }
+        // Every rank's per-variable hashes, rank by rank.
+        let n = self.digests.len();
+        let mut mine_bytes: Vec<u8> = self.digests.iter().flat_map(|d| d.to_le_bytes()).collect();
+        let mut all: Vec<Vec<u64>> = Vec::with_capacity(comm.size());
+        for r in 0..comm.size() {
+            let mut buf = if r == comm.rank() {
+                std::mem::take(&mut mine_bytes)
+            } else {
+                vec![0_u8; n * 8]
+            };
+            comm.broadcast_bytes(r, &mut buf)?;
+            all.push(
+                buf.chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+                    .collect(),
+            );
+        }
+        let first = (0..n).find(|&i| all.iter().any(|d| d[i] != all[0][i]));
+        let (key, sides) = match first {
+            Some(i) => {
+                let mut sides: Vec<(u64, Vec<usize>)> = Vec::new();
+                for (r, d) in all.iter().enumerate() {
+                    match sides.iter_mut().find(|(h, _)| *h == d[i]) {
+                        Some((_, ranks)) => ranks.push(r),
+                        None => sides.push((d[i], vec![r])),
+                    }
+                }
+                let sides = sides
+                    .into_iter()
+                    .map(|(h, ranks)| (format!("bytes with hash {h:#018x}"), ranks))
+                    .collect();
+                (self.manifest.entries()[i].key.clone(), sides)
+            }
+            // Unreachable while every rank runs one build: equal
+            // per-variable hashes make equal digests.
+            None => (
+                "(no single variable: the digests differ)".to_owned(),
+                vec![("another digest".to_owned(), (0..comm.size()).collect())],
+            ),
+        };
+        Err(Error::Diverged {
+            scope: self.manifest.scope().to_owned(),
+            key,
+            sides,
+        })
+    }
+}
+
+/// Tells every rank whether `local` failed here, and learns where it failed
+/// elsewhere: this rank's error if it failed, else [`Error::PeerFailed`]
+/// naming the ranks that failed, else the value. A collective call (one
+/// all-gather of 16 bytes per rank). Allocates only on failure.
+pub(crate) fn settle<C: Collective + ?Sized, T>(
+    comm: &C,
+    gathered: &mut [Digest],
+    op: &'static str,
+    local: Result<T, Error>,
+) -> Result<T, Error> {
+    let mut mine = [0_u8; DIGEST_BYTES];
+    mine[0] = u8::from(local.is_err());
+    comm.all_gather_digest(&mine, gathered)?;
+    let value = local?;
+    if gathered.iter().all(|d| d[0] == 0) {
+        return Ok(value);
+    }
+    Err(Error::PeerFailed {
+        op,
+        ranks: (0..gathered.len())
+            .filter(|&r| gathered[r][0] != 0)
+            .collect(),
+    })
+}

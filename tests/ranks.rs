@@ -1,0 +1,496 @@
+//! The ranks layer in one process, without MPI: the single-process world,
+//! manifests and their comparison, the error messages, and a plan's calls
+//! on a world of one. The multi-rank behaviour (agreement across ranks,
+//! broadcast, sums, divergence) runs under `mpirun` in `tests/ranks_mpi.rs`.
+
+use scopetree::checkpoint::{self, Dtype, SaveOptions, Tensor};
+use scopetree::ranks::{
+    Collective, DIGEST_BYTES, Error, Manifest, ManifestEntry, PlanOptions, Reduce, SingleProcess,
+    SyncPlan,
+};
+use scopetree::sharing::{Initializer, VarSpec, VariableStore};
+use scopetree::{ScopeId, ScopeTree, VarId};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+/// Asserts that `msg` contains every one of `parts`.
+#[track_caller]
+fn says(err: &impl std::fmt::Display, parts: &[&str]) {
+    let msg = err.to_string();
+    for p in parts {
+        assert!(msg.contains(p), "message {msg:?} lacks {p:?}");
+    }
+}
+
+/// A model scope `model` with `enc/w` (Tensor<f32> [2, 3]), `enc/b`
+/// (Vec<f32> [3]), `dec/w` (Vec<f64> [4]) and `dec/w_box` (Box<[f32]> [2]).
+fn model() -> Result<(ScopeTree, ScopeId, Vec<VarId>), Box<dyn std::error::Error>> {
+    let mut tree = ScopeTree::new();
+    let model = tree.new_named_scope(tree.root(), "model")?;
+    let enc = tree.new_named_scope(model, "enc")?;
+    let dec = tree.new_named_scope(model, "dec")?;
+    let w = tree.var(enc, "w")?;
+    tree.set(
+        w,
+        Tensor::new(vec![2, 3], vec![1.0_f32, 2.0, 3.0, 4.0, 5.0, 6.0])?,
+    )?;
+    let b = tree.var(enc, "b")?;
+    tree.set(b, vec![0.5_f32, -1.0, 2.0])?;
+    let dw = tree.var(dec, "w")?;
+    tree.set(dw, vec![1.0_f64, 2.0, 3.0, 4.0])?;
+    let bx = tree.var(dec, "w_box")?;
+    tree.set(bx, vec![7.0_f32, 8.0].into_boxed_slice())?;
+    Ok((tree, model, vec![w, b, dw, bx]))
+}
+
+fn entry(key: &str, dtype: Dtype, shape: &[usize]) -> ManifestEntry {
+    ManifestEntry {
+        key: key.into(),
+        dtype,
+        shape: shape.to_vec(),
+    }
+}
+
+/// A manifest made of `entries`, through the byte form ranks exchange.
+fn manifest(entries: &[ManifestEntry]) -> Manifest {
+    let mut tree = ScopeTree::new();
+    for e in entries {
+        let (scope, name) = match e.key.rsplit_once('/') {
+            Some((s, n)) => {
+                let mut at = tree.root();
+                for part in s.split('/') {
+                    at = match tree.kid(at, part).unwrap() {
+                        Some(k) => k,
+                        None => tree.new_named_scope(at, part).unwrap(),
+                    };
+                }
+                (at, n)
+            }
+            None => (tree.root(), e.key.as_str()),
+        };
+        let v = tree.var(scope, name).unwrap();
+        let n: usize = e.shape.iter().product();
+        match e.dtype {
+            Dtype::F64 => tree.set(v, Tensor::new(e.shape.clone(), vec![0.0_f64; n]).unwrap()),
+            _ => tree.set(v, Tensor::new(e.shape.clone(), vec![0.0_f32; n]).unwrap()),
+        }
+        .unwrap();
+    }
+    Manifest::of_tree(&tree, tree.root()).unwrap()
+}
+
+#[test]
+fn the_single_process_world_is_the_identity() -> R {
+    let w = SingleProcess;
+    assert_eq!((w.rank(), w.size()), (0, 1));
+    let mut r32 = [0.0_f32; 3];
+    w.all_reduce_sum_f32(&[1.0, -2.0, 3.5], &mut r32)?;
+    assert_eq!(r32, [1.0, -2.0, 3.5]);
+    let mut r64 = [0.0_f64; 2];
+    w.all_reduce_sum_f64(&[1e300, -0.0], &mut r64)?;
+    assert_eq!(
+        r64.map(f64::to_bits),
+        [1e300_f64.to_bits(), (-0.0_f64).to_bits()]
+    );
+    let mut buf = [1_u8, 2, 3];
+    w.broadcast_bytes(0, &mut buf)?;
+    assert_eq!(buf, [1, 2, 3]);
+    let mut all = [[0_u8; DIGEST_BYTES]];
+    w.all_gather_digest(&[9; DIGEST_BYTES], &mut all)?;
+    assert_eq!(all, [[9; DIGEST_BYTES]]);
+    w.barrier()?;
+    Ok(())
+}
+
+#[test]
+fn the_single_process_world_rejects_misuse() {
+    let w = SingleProcess;
+    let err = w.all_reduce_sum_f32(&[1.0; 3], &mut [0.0; 2]).unwrap_err();
+    assert!(matches!(err, Error::BadBuffers { .. }));
+    says(&err, &["3 elements", "of 2"]);
+    let err = w.broadcast_bytes(2, &mut [0; 1]).unwrap_err();
+    says(&err, &["rank 2", "world of 1", "below 1"]);
+    let mut two = [[0_u8; DIGEST_BYTES]; 2];
+    assert!(matches!(
+        w.all_gather_digest(&[0; DIGEST_BYTES], &mut two),
+        Err(Error::BadBuffers { .. })
+    ));
+}
+
+#[test]
+fn a_manifest_lists_full_names_dtypes_and_shapes_in_name_order() -> R {
+    let (tree, model, _) = model()?;
+    let m = Manifest::of_tree(&tree, model)?;
+    assert_eq!(
+        m.entries(),
+        [
+            entry("dec/w", Dtype::F64, &[4]),
+            entry("dec/w_box", Dtype::F32, &[2]),
+            entry("enc/b", Dtype::F32, &[3]),
+            entry("enc/w", Dtype::F32, &[2, 3]),
+        ]
+    );
+    assert_eq!(m.scope(), "model");
+    assert_eq!(Manifest::from_bytes(&m.to_bytes(), "model")?, m);
+    Ok(())
+}
+
+#[test]
+fn a_manifest_leaves_out_unnamed_scopes() -> R {
+    let (mut tree, model, _) = model()?;
+    let step = tree.new_scope(model)?;
+    let h = tree.var(step, "h")?;
+    tree.set(h, String::from("scratch, not synchronised"))?;
+    assert_eq!(Manifest::of_tree(&tree, model)?.entries().len(), 4);
+    Ok(())
+}
+
+#[test]
+fn a_store_manifest_uses_the_store() -> R {
+    let mut store = VariableStore::new();
+    let mut root = store.root_scope();
+    root.set_initializer(Initializer::with_shape(|s: &[usize]| {
+        Tensor::new(s.to_vec(), vec![0.0_f32; s.iter().product()]).unwrap()
+    }));
+    store.get_variable(
+        &root,
+        VarSpec::<Tensor<f32>>::new("layer/kernel").shape([3, 4]),
+    )?;
+    let m = Manifest::of_store(&store)?;
+    assert_eq!(m.entries(), [entry("layer/kernel", Dtype::F32, &[3, 4])]);
+    Ok(())
+}
+
+#[test]
+fn unsupported_values_are_named_with_the_scope_and_what_to_do() -> R {
+    let (mut tree, model, _) = model()?;
+    let enc = tree.kid(model, "enc")?.unwrap();
+    let s = tree.var(enc, "steps")?;
+    tree.set(s, 3_u64)?;
+    let err = Manifest::of_tree(&tree, model).unwrap_err();
+    assert!(matches!(err, Error::Unsupported { ref key, .. } if key == "enc/steps"));
+    says(
+        &err,
+        &[
+            "`enc/steps`",
+            "scope `model`",
+            "holds u64",
+            "Vec, Box<[_]> or checkpoint::Tensor",
+        ],
+    );
+    tree.clear(s)?;
+    let err = Manifest::of_tree(&tree, model).unwrap_err();
+    says(&err, &["`enc/steps`", "has no value"]);
+    // Half floats are checkpointable but not synchronised.
+    tree.set(s, vec![half::f16::ZERO; 2])?;
+    says(
+        &Manifest::of_tree(&tree, model).unwrap_err(),
+        &["holds Vec<f16>"],
+    );
+    Ok(())
+}
+
+#[test]
+fn digests_differ_for_a_name_a_dtype_or_a_shape() {
+    let base = manifest(&[
+        entry("a", Dtype::F32, &[2, 3]),
+        entry("b", Dtype::F32, &[4]),
+    ]);
+    let same = manifest(&[
+        entry("a", Dtype::F32, &[2, 3]),
+        entry("b", Dtype::F32, &[4]),
+    ]);
+    assert_eq!(base.digest(), same.digest());
+    for other in [
+        manifest(&[
+            entry("a", Dtype::F32, &[3, 2]),
+            entry("b", Dtype::F32, &[4]),
+        ]),
+        manifest(&[entry("a", Dtype::F32, &[6]), entry("b", Dtype::F32, &[4])]),
+        manifest(&[
+            entry("a", Dtype::F64, &[2, 3]),
+            entry("b", Dtype::F32, &[4]),
+        ]),
+        manifest(&[
+            entry("a", Dtype::F32, &[2, 3]),
+            entry("c", Dtype::F32, &[4]),
+        ]),
+        manifest(&[entry("a", Dtype::F32, &[2, 3])]),
+    ] {
+        assert_ne!(base.digest(), other.digest(), "{:?}", other.entries());
+    }
+}
+
+#[test]
+fn compare_names_the_first_difference_and_the_ranks_on_each_side() {
+    let good = || {
+        manifest(&[
+            entry("a", Dtype::F32, &[2, 3]),
+            entry("z", Dtype::F32, &[4]),
+        ])
+    };
+    let shape = manifest(&[
+        entry("a", Dtype::F32, &[3, 2]),
+        entry("z", Dtype::F32, &[5]),
+    ]);
+    assert!(Manifest::compare(&[good(), good(), good()]).is_ok());
+    let err = Manifest::compare(&[good(), shape, good(), good()]).unwrap_err();
+    let Error::Disagree { key, sides, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(key, "a");
+    assert_eq!(
+        sides,
+        &[
+            ("F32 [2, 3]".to_owned(), vec![0, 2, 3]),
+            ("F32 [3, 2]".to_owned(), vec![1])
+        ]
+    );
+    says(
+        &err,
+        &[
+            "ranks disagree",
+            "first difference at `a`: F32 [2, 3] on ranks 0, 2-3; F32 [3, 2] on rank 1",
+            "same names, dtypes and shapes",
+        ],
+    );
+
+    // A name only one rank has: absent on the others.
+    let renamed = manifest(&[
+        entry("a", Dtype::F32, &[2, 3]),
+        entry("y", Dtype::F32, &[4]),
+    ]);
+    let err = Manifest::compare(&[good(), renamed]).unwrap_err();
+    says(
+        &err,
+        &["first difference at `y`: absent on rank 0; F32 [4] on rank 1"],
+    );
+    let err =
+        Manifest::compare(&[good(), manifest(&[entry("a", Dtype::F32, &[2, 3])])]).unwrap_err();
+    says(&err, &["at `z`: F32 [4] on rank 0; absent on rank 1"]);
+}
+
+#[test]
+fn disagreement_messages_stay_short() {
+    let long = "x".repeat(100_000);
+    let ms: Vec<Manifest> = (0..300)
+        .map(|r| manifest(&[entry(&long, Dtype::F32, &[r + 1])]))
+        .collect();
+    let err = Manifest::compare(&ms).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.len() < 1000, "{} bytes: {msg}", msg.len());
+    says(&err, &["… 292 more groups", "(100000 bytes)"]);
+}
+
+#[test]
+fn bad_manifest_bytes_are_an_error() {
+    let ok = manifest(&[entry("a", Dtype::F32, &[2])]).to_bytes();
+    for cut in 1..ok.len() {
+        assert!(
+            Manifest::from_bytes(&ok[..cut], "").is_err(),
+            "cut at {cut}"
+        );
+    }
+    let mut bad_dtype = ok.clone();
+    bad_dtype[9] = 200; // the dtype code after the 8-byte length and the key `a`
+    says(
+        &Manifest::from_bytes(&bad_dtype, "").unwrap_err(),
+        &["dtype code 200"],
+    );
+    let mut twice = ok.clone();
+    twice.extend_from_slice(&ok);
+    says(
+        &Manifest::from_bytes(&twice, "").unwrap_err(),
+        &["out of order"],
+    );
+}
+
+#[test]
+fn a_plan_in_one_process_reduces_to_the_identity_and_mean_divides_by_one() -> R {
+    let (mut tree, model, vars) = model()?;
+    let before: Vec<u8> = bytes(&tree, &vars)?;
+    let mut plan = SyncPlan::new(
+        &SingleProcess,
+        &tree,
+        model,
+        &PlanOptions::new().bucket_bytes(8),
+    )?;
+    // 2 + 3 + 6 f32 elements in buckets of 2, and 4 f64 in buckets of 1.
+    assert_eq!(plan.reduce_buckets(), 6 + 4);
+    for op in [Reduce::Sum, Reduce::Mean] {
+        plan.all_reduce(&SingleProcess, &mut tree, op)?;
+        assert_eq!(bytes(&tree, &vars)?, before);
+    }
+    plan.broadcast(&SingleProcess, &mut tree, 0)?;
+    assert_eq!(bytes(&tree, &vars)?, before);
+    plan.check_consistency(&SingleProcess, &tree)?;
+    Ok(())
+}
+
+/// Every variable's bytes, in order.
+fn bytes(tree: &ScopeTree, vars: &[VarId]) -> Result<Vec<u8>, scopetree::Error> {
+    let mut out = Vec::new();
+    out.extend(
+        tree.get::<Tensor<f32>>(vars[0])?
+            .data()
+            .iter()
+            .flat_map(|x| x.to_le_bytes()),
+    );
+    out.extend(
+        tree.get::<Vec<f32>>(vars[1])?
+            .iter()
+            .flat_map(|x| x.to_le_bytes()),
+    );
+    out.extend(
+        tree.get::<Vec<f64>>(vars[2])?
+            .iter()
+            .flat_map(|x| x.to_le_bytes()),
+    );
+    out.extend(
+        tree.get::<Box<[f32]>>(vars[3])?
+            .iter()
+            .flat_map(|x| x.to_le_bytes()),
+    );
+    Ok(out)
+}
+
+#[test]
+fn reducing_integers_is_refused_before_anything_is_sent() -> R {
+    let (mut tree, model, _) = model()?;
+    let n = tree.var(model, "count")?;
+    tree.set(n, vec![1_i64, 2])?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, model, &PlanOptions::new())?;
+    plan.broadcast(&SingleProcess, &mut tree, 0)?; // integers broadcast fine
+    let err = plan
+        .all_reduce(&SingleProcess, &mut tree, Reduce::Sum)
+        .unwrap_err();
+    says(
+        &err,
+        &[
+            "`count`",
+            "scope `model`",
+            "holds Vec<i64>",
+            "f32 or f64 only",
+        ],
+    );
+    Ok(())
+}
+
+#[test]
+fn a_tree_changed_since_the_plan_is_an_error_and_nothing_changes() -> R {
+    let (mut tree, model, vars) = model()?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, model, &PlanOptions::new())?;
+    tree.get_mut::<Vec<f32>>(vars[1])?.push(9.0);
+    let before = tree.get::<Vec<f32>>(vars[1])?.clone();
+    let err = plan
+        .all_reduce(&SingleProcess, &mut tree, Reduce::Mean)
+        .unwrap_err();
+    assert!(matches!(err, Error::Changed { ref key, .. } if key == "enc/b"));
+    says(
+        &err,
+        &[
+            "`enc/b`",
+            "scope `model`",
+            "16 bytes, 12 when planned",
+            "build a new plan",
+        ],
+    );
+    assert_eq!(tree.get::<Vec<f32>>(vars[1])?, &before);
+    assert!(matches!(
+        plan.check_consistency(&SingleProcess, &tree),
+        Err(Error::Changed { .. })
+    ));
+    tree.get_mut::<Vec<f32>>(vars[1])?.pop();
+    tree.remove_var(vars[2])?;
+    let err = plan.broadcast(&SingleProcess, &mut tree, 0).unwrap_err();
+    says(&err, &["`dec/w`", "changed since the plan"]);
+    Ok(())
+}
+
+#[test]
+fn the_digest_sees_one_changed_bit() -> R {
+    let (mut tree, model, vars) = model()?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, model, &PlanOptions::new())?;
+    let d = plan.digest(&tree)?;
+    assert_eq!(plan.digest(&tree)?, d);
+    let x = &mut tree.get_mut::<Vec<f64>>(vars[2])?[3];
+    *x = f64::from_bits(x.to_bits() ^ 1);
+    assert_ne!(plan.digest(&tree)?, d);
+    Ok(())
+}
+
+#[test]
+fn a_checkpoint_saved_and_loaded_in_one_process_round_trips() -> R {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("model.safetensors");
+    let (mut tree, model, vars) = model()?;
+    let before = bytes(&tree, &vars)?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, model, &PlanOptions::new())?;
+    let report = plan.save_on_root(&SingleProcess, &tree, &path, 0, &SaveOptions::new())?;
+    assert_eq!(report.map(|r| r.keys.len()), Some(4));
+    tree.get_mut::<Vec<f64>>(vars[2])?.fill(0.0);
+    let report = plan.load_on_all(&SingleProcess, &mut tree, &path)?;
+    assert_eq!(report.loaded.len(), 4);
+    assert_eq!(bytes(&tree, &vars)?, before);
+    Ok(())
+}
+
+#[test]
+fn a_checkpoint_that_does_not_fit_the_plan_changes_nothing() -> R {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("other.safetensors");
+    let (mut tree, model, vars) = model()?;
+    let mut other = ScopeTree::new();
+    let enc = other.new_named_scope(other.root(), "enc")?;
+    let w = other.var(enc, "w")?;
+    other.set(w, Tensor::new(vec![3, 2], vec![0.0_f32; 6])?)?;
+    checkpoint::save(&other, other.root(), &path, &SaveOptions::new())?;
+    let before = bytes(&tree, &vars)?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, model, &PlanOptions::new())?;
+    let err = plan
+        .load_on_all(&SingleProcess, &mut tree, &path)
+        .unwrap_err();
+    says(
+        &err,
+        &[
+            "does not match",
+            "enc/w: file F32 [3, 2], tree F32 [2, 3]",
+            "dec/w",
+        ],
+    );
+    assert_eq!(bytes(&tree, &vars)?, before);
+    Ok(())
+}
+
+#[test]
+fn a_plan_refuses_empty_buckets_and_bad_roots() -> R {
+    let (mut tree, model, _) = model()?;
+    let err = SyncPlan::new(
+        &SingleProcess,
+        &tree,
+        model,
+        &PlanOptions::new().bucket_bytes(0),
+    )
+    .unwrap_err();
+    says(&err, &["bucket of 0 bytes"]);
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, model, &PlanOptions::new())?;
+    assert!(matches!(
+        plan.broadcast(&SingleProcess, &mut tree, 1),
+        Err(Error::BadRank {
+            rank: 1,
+            size: 1,
+            ..
+        })
+    ));
+    let err = plan
+        .save_on_root(
+            &SingleProcess,
+            &tree,
+            "/nonexistent/x",
+            3,
+            &SaveOptions::new(),
+        )
+        .unwrap_err();
+    says(&err, &["rank 3"]);
+    Ok(())
+}

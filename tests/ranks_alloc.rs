@@ -1,0 +1,131 @@
+//! The steady state of a data-parallel step allocates nothing on the tree
+//! path: [`SyncPlan::all_reduce`] and [`SyncPlan::check_consistency`]
+//! reuse the plan's buckets and buffers, step after step. Measured with a
+//! counting global allocator of this file's own (per thread, so the tests
+//! of the file may run in parallel), on the single-process world; the MPI
+//! test binary (`tests/ranks_mpi.rs`) checks the same under `mpirun`.
+//!
+//! The allocator is `unsafe` only because `GlobalAlloc` is an unsafe
+//! trait: it forwards every call to `System` unchanged and only counts.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+use scopetree::checkpoint::Tensor;
+use scopetree::ranks::{PlanOptions, Reduce, SingleProcess, SyncPlan};
+use scopetree::{ScopeTree, VarId};
+
+struct Counting;
+
+thread_local! {
+    /// Calls to `alloc`, `alloc_zeroed` and `realloc` on this thread.
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note() {
+    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments
+// unchanged, so `System`'s guarantees carry over; the counting touches only
+// a `const`-initialised thread-local without destructor, which never
+// allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: forwarded unchanged (see above).
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: forwarded unchanged (see above).
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged (see above).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        // SAFETY: forwarded unchanged (see above).
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Allocations made by `f` on this thread.
+fn allocations(f: impl FnOnce()) -> u64 {
+    let before = ALLOCS.with(Cell::get);
+    f();
+    ALLOCS.with(Cell::get) - before
+}
+
+/// A gradient scope of 60 variables of every reduced type, some larger than
+/// a bucket and many smaller.
+fn grads() -> (ScopeTree, scopetree::ScopeId, Vec<VarId>) {
+    let mut tree = ScopeTree::new();
+    let grads = tree.new_named_scope(tree.root(), "grads").unwrap();
+    let mut vars = Vec::new();
+    for layer in 0..15 {
+        let s = tree
+            .new_named_scope(grads, format!("layer_{layer}"))
+            .unwrap();
+        let n = 1 + layer * 37;
+        let w = tree.var(s, "w").unwrap();
+        tree.set(w, Tensor::new(vec![n, 3], vec![1.0_f32; 3 * n]).unwrap())
+            .unwrap();
+        let b = tree.var(s, "b").unwrap();
+        tree.set(b, vec![0.5_f32; n]).unwrap();
+        let d = tree.var(s, "d").unwrap();
+        tree.set(d, vec![0.25_f64; 2 * n]).unwrap();
+        let t = tree.var(s, "t").unwrap();
+        tree.set(t, Tensor::new(vec![n], vec![2.0_f64; n]).unwrap())
+            .unwrap();
+        vars.extend([w, b, d, t]);
+    }
+    (tree, grads, vars)
+}
+
+#[test]
+fn all_reduce_and_the_consistency_check_allocate_nothing_per_step() {
+    let (mut tree, grads, vars) = grads();
+    let world = SingleProcess;
+    for bucket in [1 << 10, 25 << 20] {
+        let mut plan = SyncPlan::new(
+            &world,
+            &tree,
+            grads,
+            &PlanOptions::new().bucket_bytes(bucket),
+        )
+        .unwrap();
+        assert!(plan.reduce_buckets() >= 2);
+        // One warm-up step, as a training loop's first.
+        plan.all_reduce(&world, &mut tree, Reduce::Mean).unwrap();
+        plan.check_consistency(&world, &tree).unwrap();
+        let n = allocations(|| {
+            for step in 0..50 {
+                tree.get_mut::<Vec<f32>>(vars[1]).unwrap()[0] = step as f32;
+                plan.all_reduce(&world, &mut tree, Reduce::Sum).unwrap();
+                plan.all_reduce(&world, &mut tree, Reduce::Mean).unwrap();
+                plan.check_consistency(&world, &tree).unwrap();
+            }
+        });
+        assert_eq!(
+            n, 0,
+            "{n} allocations in 50 steps with buckets of {bucket} bytes"
+        );
+        assert_eq!(tree.get::<Vec<f32>>(vars[1]).unwrap()[0], 49.0);
+    }
+}
+
+#[test]
+fn the_counter_sees_an_allocation() {
+    // The test above can fail: a step that allocates is counted.
+    let n = allocations(|| {
+        let v = std::hint::black_box(vec![0_u8; 64]);
+        drop(v);
+    });
+    assert_eq!(n, 1);
+}

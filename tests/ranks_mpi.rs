@@ -1,0 +1,776 @@
+//! The ranks layer across real MPI ranks. A test binary without the libtest
+//! harness (MPI is initialised once per process): run it under `mpirun`,
+//!
+//! ```text
+//! cargo build --release --features mpi --tests
+//! mpirun -np 2 target/release/deps/ranks_mpi-<hash>
+//! mpirun -np 4 --oversubscribe target/release/deps/ranks_mpi-<hash>
+//! ```
+//!
+//! or `cargo test --features mpi --test ranks_mpi`, a world of one rank
+//! (Open MPI's singleton). As root, Open MPI wants
+//! `OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`.
+//!
+//! Every check runs on every rank; its collectives come first and its
+//! assertions last, so a failed assertion on one rank cannot leave the
+//! others waiting in a collective. After each check the ranks exchange their
+//! outcomes, and every rank prints and exits alike: `N passed, 0 failed`
+//! (rank 0 prints the closing line) and status 0, or status 1 on every rank
+//! when any rank failed a check. A watchdog ends the process with status 3
+//! if the whole run takes over 5 minutes, so a hang fails the run instead of
+//! blocking it.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::hash::{DefaultHasher, Hasher};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use mpi::Threading;
+use mpi::topology::SimpleCommunicator;
+use scopetree::checkpoint::{self, SaveOptions, Tensor};
+use scopetree::ranks::{Collective, DIGEST_BYTES, Error, Manifest, PlanOptions, Reduce, SyncPlan};
+use scopetree::{ScopeId, ScopeTree, VarId};
+
+// ----- a counting allocator, for the steady-state check ----------------------
+
+struct Counting;
+
+thread_local! {
+    /// Calls to `alloc`, `alloc_zeroed` and `realloc` on this thread.
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn note() {
+    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+}
+
+// SAFETY: every method forwards to `System` with the caller's arguments
+// unchanged, so `System`'s guarantees carry over; the counting touches only
+// a `const`-initialised thread-local without destructor, which never
+// allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: forwarded unchanged (see above).
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        note();
+        // SAFETY: forwarded unchanged (see above).
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged (see above).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        note();
+        // SAFETY: forwarded unchanged (see above).
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+// ----- helpers ---------------------------------------------------------------
+
+type World = SimpleCommunicator;
+type Check = Result<(), String>;
+
+/// A named check.
+type Named = (&'static str, fn(&World) -> Check);
+
+/// Fails the check with a message naming the rank.
+macro_rules! ensure {
+    ($world:expr, $cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!("rank {}: {}", $world.rank(), format!($($fmt)+)));
+        }
+    };
+}
+
+fn rank(world: &World) -> usize {
+    Collective::rank(world)
+}
+
+fn size(world: &World) -> usize {
+    Collective::size(world)
+}
+
+/// Whether `text` is the same on every rank (compared by a hash; the binary
+/// is the same on every rank, so `DefaultHasher::new` is too).
+fn same_everywhere(world: &World, text: &str) -> Result<bool, Error> {
+    let mut h = DefaultHasher::new();
+    h.write(text.as_bytes());
+    let mut mine = [0_u8; DIGEST_BYTES];
+    mine[..8].copy_from_slice(&h.finish().to_le_bytes());
+    mine[8..].copy_from_slice(&(text.len() as u64).to_le_bytes());
+    let mut all = vec![[0_u8; DIGEST_BYTES]; size(world)];
+    world.all_gather_digest(&mine, &mut all)?;
+    Ok(all.iter().all(|d| *d == mine))
+}
+
+/// The ranks that hold `flag`, ascending, as every rank learns them.
+fn ranks_where(world: &World, flag: bool) -> Result<Vec<usize>, Error> {
+    let mut mine = [0_u8; DIGEST_BYTES];
+    mine[0] = u8::from(flag);
+    let mut all = vec![[0_u8; DIGEST_BYTES]; size(world)];
+    world.all_gather_digest(&mine, &mut all)?;
+    Ok((0..all.len()).filter(|&r| all[r][0] != 0).collect())
+}
+
+/// A model scope with `enc/w` (Tensor<f32> [2, 3]), `enc/b` (Vec<f32>
+/// [3]), `dec/w` (Vec<f64> [4]), `dec/box` (Box<[f32]> [2]) and `dec/steps`
+/// (Vec<i64> [2]), every element `fill(i)` for its index `i`.
+struct Model {
+    tree: ScopeTree,
+    scope: ScopeId,
+    vars: Vec<VarId>,
+}
+
+impl Model {
+    fn new(fill: impl Fn(usize) -> f64, w_shape: [usize; 2], w_name: &str) -> Self {
+        let mut tree = ScopeTree::new();
+        let scope = tree.new_named_scope(tree.root(), "model").unwrap();
+        let enc = tree.new_named_scope(scope, "enc").unwrap();
+        let dec = tree.new_named_scope(scope, "dec").unwrap();
+        let f32s = |n: usize| (0..n).map(|i| fill(i) as f32).collect::<Vec<f32>>();
+        let w = tree.var(enc, w_name).unwrap();
+        tree.set(w, Tensor::new(w_shape.to_vec(), f32s(6)).unwrap())
+            .unwrap();
+        let b = tree.var(enc, "b").unwrap();
+        tree.set(b, f32s(3)).unwrap();
+        let dw = tree.var(dec, "w").unwrap();
+        tree.set(dw, (0..4).map(&fill).collect::<Vec<f64>>())
+            .unwrap();
+        let bx = tree.var(dec, "box").unwrap();
+        tree.set(bx, f32s(2).into_boxed_slice()).unwrap();
+        let st = tree.var(dec, "steps").unwrap();
+        tree.set(st, (0..2).map(|i| fill(i) as i64).collect::<Vec<i64>>())
+            .unwrap();
+        Self {
+            tree,
+            scope,
+            vars: vec![w, b, dw, bx, st],
+        }
+    }
+
+    fn standard(fill: impl Fn(usize) -> f64) -> Self {
+        Self::new(fill, [2, 3], "w")
+    }
+
+    /// Every value, as f64, in variable order.
+    fn values(&self) -> Vec<f64> {
+        let t = &self.tree;
+        let mut out: Vec<f64> = Vec::new();
+        out.extend(
+            t.get::<Tensor<f32>>(self.vars[0])
+                .unwrap()
+                .data()
+                .iter()
+                .map(|&x| f64::from(x)),
+        );
+        out.extend(
+            t.get::<Vec<f32>>(self.vars[1])
+                .unwrap()
+                .iter()
+                .map(|&x| f64::from(x)),
+        );
+        out.extend(t.get::<Vec<f64>>(self.vars[2]).unwrap().iter().copied());
+        out.extend(
+            t.get::<Box<[f32]>>(self.vars[3])
+                .unwrap()
+                .iter()
+                .map(|&x| f64::from(x)),
+        );
+        out.extend(
+            t.get::<Vec<i64>>(self.vars[4])
+                .unwrap()
+                .iter()
+                .map(|&x| x as f64),
+        );
+        out
+    }
+}
+
+/// A gradient scope: `n_small` variables of 1–3 elements and a few larger
+/// than the buckets used, `f32` and `f64`, Vec, Box and Tensor; element `i`
+/// of variable `v` on rank `r` is `(r + 1) * ((v + i) % 7)`.
+struct Grads {
+    tree: ScopeTree,
+    scope: ScopeId,
+    vars: Vec<(VarId, usize)>,
+}
+
+impl Grads {
+    fn new(rank: usize, n_small: usize) -> Self {
+        let mut tree = ScopeTree::new();
+        let scope = tree.new_named_scope(tree.root(), "grads").unwrap();
+        let mut vars = Vec::new();
+        let val = |v: usize, i: usize| ((rank + 1) * ((v + i) % 7)) as f64;
+        for v in 0..n_small + 4 {
+            let layer = tree.new_named_scope(scope, format!("l{v:04}")).unwrap();
+            let len = if v < n_small {
+                1 + v % 3
+            } else {
+                1000 + 333 * (v - n_small)
+            };
+            let g = tree.var(layer, "g").unwrap();
+            match v % 4 {
+                0 => tree.set(g, (0..len).map(|i| val(v, i) as f32).collect::<Vec<f32>>()),
+                1 => tree.set(g, (0..len).map(|i| val(v, i)).collect::<Vec<f64>>()),
+                2 => tree.set(
+                    g,
+                    Tensor::new(vec![len], (0..len).map(|i| val(v, i) as f32).collect()).unwrap(),
+                ),
+                _ => tree.set(
+                    g,
+                    (0..len)
+                        .map(|i| val(v, i) as f32)
+                        .collect::<Vec<f32>>()
+                        .into_boxed_slice(),
+                ),
+            }
+            .unwrap();
+            vars.push((g, v % 4));
+        }
+        Self { tree, scope, vars }
+    }
+
+    /// Every element as f64, with its variable and index.
+    fn each(&self) -> Vec<(usize, usize, f64)> {
+        let t = &self.tree;
+        let mut out = Vec::new();
+        for (v, &(g, kind)) in self.vars.iter().enumerate() {
+            let xs: Vec<f64> = match kind {
+                0 => t
+                    .get::<Vec<f32>>(g)
+                    .unwrap()
+                    .iter()
+                    .map(|&x| f64::from(x))
+                    .collect(),
+                1 => t.get::<Vec<f64>>(g).unwrap().clone(),
+                2 => t
+                    .get::<Tensor<f32>>(g)
+                    .unwrap()
+                    .data()
+                    .iter()
+                    .map(|&x| f64::from(x))
+                    .collect(),
+                _ => t
+                    .get::<Box<[f32]>>(g)
+                    .unwrap()
+                    .iter()
+                    .map(|&x| f64::from(x))
+                    .collect(),
+            };
+            out.extend(xs.into_iter().enumerate().map(|(i, x)| (v, i, x)));
+        }
+        out
+    }
+}
+
+// ----- the checks ------------------------------------------------------------
+
+fn agreement_succeeds_on_identical_models(world: &World) -> Check {
+    let m = Model::standard(|i| i as f64);
+    let plan =
+        SyncPlan::new(world, &m.tree, m.scope, &PlanOptions::new()).map_err(|e| e.to_string())?;
+    let same = same_everywhere(world, &format!("{:?}", plan.manifest().entries()))
+        .map_err(|e| e.to_string())?;
+    ensure!(world, same, "the agreed manifests differ");
+    ensure!(
+        world,
+        plan.manifest().entries().len() == 5,
+        "{:?}",
+        plan.manifest().entries()
+    );
+    Ok(())
+}
+
+/// Builds a plan where the last rank's model differs as `odd` makes it,
+/// and checks that every rank gets the same `Disagree` about `key`.
+fn disagreement(world: &World, odd: impl Fn() -> Model, key: &str, expect: &[&str]) -> Check {
+    let last = size(world) - 1;
+    let m = if rank(world) == last {
+        odd()
+    } else {
+        Model::standard(|i| i as f64)
+    };
+    let before = m.values();
+    let got = SyncPlan::new(world, &m.tree, m.scope, &PlanOptions::new());
+    let msg = match &got {
+        Ok(_) => "Ok".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    let same = same_everywhere(world, &msg).map_err(|e| e.to_string())?;
+    if size(world) == 1 {
+        ensure!(world, got.is_ok(), "one rank always agrees: {msg}");
+        return Ok(());
+    }
+    let Err(Error::Disagree { key: k, sides, .. }) = &got else {
+        return Err(format!(
+            "rank {}: expected Disagree, got {msg}",
+            rank(world)
+        ));
+    };
+    ensure!(
+        world,
+        k == key,
+        "first difference at {k}, expected {key}: {msg}"
+    );
+    ensure!(
+        world,
+        sides.iter().any(|(_, r)| r == &[last]),
+        "the last rank is not alone: {msg}"
+    );
+    ensure!(world, same, "the error differs between ranks: {msg}");
+    for part in expect {
+        ensure!(world, msg.contains(part), "{msg:?} lacks {part:?}");
+    }
+    ensure!(
+        world,
+        m.values() == before,
+        "a failed agreement changed values"
+    );
+    Ok(())
+}
+
+fn agreement_names_a_differing_shape_on_every_rank(world: &World) -> Check {
+    disagreement(
+        world,
+        || Model::new(|i| i as f64, [3, 2], "w"),
+        "enc/w",
+        &[
+            "first difference at `enc/w`: F32 [2, 3] on rank",
+            "F32 [3, 2] on rank",
+        ],
+    )
+}
+
+fn agreement_names_a_differing_name_on_every_rank(world: &World) -> Check {
+    // `enc/a` sorts before `enc/b`: the first difference is the odd name.
+    disagreement(
+        world,
+        || Model::new(|i| i as f64, [2, 3], "a"),
+        "enc/a",
+        &[
+            "first difference at `enc/a`: absent on rank",
+            "F32 [2, 3] on rank",
+        ],
+    )
+}
+
+fn a_rank_that_cannot_build_its_manifest_stops_every_rank(world: &World) -> Check {
+    let mut m = Model::standard(|i| i as f64);
+    if rank(world) == 0 {
+        let v = m.tree.var(m.scope, "note").unwrap();
+        m.tree.set(v, String::from("not a tensor")).unwrap();
+    }
+    let got = SyncPlan::new(world, &m.tree, m.scope, &PlanOptions::new());
+    match (rank(world), got) {
+        (0, Err(Error::Unsupported { key, .. })) => {
+            ensure!(world, key == "note", "{key}");
+        }
+        (_, Err(Error::PeerFailed { ranks, .. })) => {
+            ensure!(world, ranks == [0], "{ranks:?}");
+        }
+        (_, other) => return Err(format!("rank {}: {other:?}", rank(world))),
+    }
+    Ok(())
+}
+
+fn broadcast_makes_every_rank_hold_the_roots_values(world: &World) -> Check {
+    let root = size(world) - 1;
+    let r = rank(world) as f64;
+    let mut wrong = Vec::new();
+    for bucket in [1, 7, 25 << 20] {
+        let mut m = Model::standard(|i| 100.0 * r + i as f64);
+        let mut plan = SyncPlan::new(
+            world,
+            &m.tree,
+            m.scope,
+            &PlanOptions::new().bucket_bytes(bucket),
+        )
+        .map_err(|e| e.to_string())?;
+        plan.broadcast(world, &mut m.tree, root)
+            .map_err(|e| e.to_string())?;
+        let want = Model::standard(|i| 100.0 * root as f64 + i as f64).values();
+        if m.values() != want {
+            wrong.push(format!("bucket {bucket}: {:?} != {want:?}", m.values()));
+        }
+        plan.check_consistency(world, &m.tree)
+            .map_err(|e| e.to_string())?;
+    }
+    ensure!(world, wrong.is_empty(), "{wrong:?}");
+    let mut m = Model::standard(|i| i as f64);
+    let mut plan =
+        SyncPlan::new(world, &m.tree, m.scope, &PlanOptions::new()).map_err(|e| e.to_string())?;
+    let bad = plan.broadcast(world, &mut m.tree, size(world));
+    ensure!(world, matches!(bad, Err(Error::BadRank { .. })), "{bad:?}");
+    Ok(())
+}
+
+/// Sums and means of small integers are exact: they must equal the
+/// expected values bit for bit.
+fn reduce_is_exact(world: &World, n_small: usize, bucket: usize) -> Check {
+    let n = size(world);
+    let tri = (n * (n + 1) / 2) as f64;
+    let mut wrong = Vec::new();
+    for op in [Reduce::Sum, Reduce::Mean] {
+        let mut g = Grads::new(rank(world), n_small);
+        let mut plan = SyncPlan::new(
+            world,
+            &g.tree,
+            g.scope,
+            &PlanOptions::new().bucket_bytes(bucket),
+        )
+        .map_err(|e| e.to_string())?;
+        plan.all_reduce(world, &mut g.tree, op)
+            .map_err(|e| e.to_string())?;
+        for (v, i, x) in g.each() {
+            let sum = tri * ((v + i) % 7) as f64;
+            let want = if op == Reduce::Sum {
+                sum
+            } else {
+                sum / n as f64
+            };
+            if x != want {
+                wrong.push(format!(
+                    "{op:?}, bucket {bucket} B, var {v}[{i}]: {x} != {want}"
+                ));
+            }
+        }
+        plan.check_consistency(world, &g.tree)
+            .map_err(|e| e.to_string())?;
+    }
+    ensure!(
+        world,
+        wrong.is_empty(),
+        "{} wrong elements, first {:?}",
+        wrong.len(),
+        wrong.first()
+    );
+    Ok(())
+}
+
+fn all_reduce_sum_and_mean_are_exact_with_the_default_bucket(world: &World) -> Check {
+    reduce_is_exact(world, 20, 25 << 20)
+}
+
+fn buckets_of_one_element(world: &World) -> Check {
+    // 4 bytes: one f32 per call; an f64 (8 bytes) is still one per call.
+    reduce_is_exact(world, 10, 4)?;
+    reduce_is_exact(world, 10, 1)
+}
+
+fn tensors_larger_than_a_bucket_and_many_small_ones(world: &World) -> Check {
+    // Buckets of 100 f32: the last four variables span 10 to 23 buckets
+    // each; 500 variables of 1-3 elements share buckets.
+    reduce_is_exact(world, 500, 400)?;
+    let g = Grads::new(rank(world), 500);
+    let plan = SyncPlan::new(
+        world,
+        &g.tree,
+        g.scope,
+        &PlanOptions::new().bucket_bytes(400),
+    )
+    .map_err(|e| e.to_string())?;
+    ensure!(
+        world,
+        plan.reduce_buckets() > 50,
+        "{} buckets",
+        plan.reduce_buckets()
+    );
+    Ok(())
+}
+
+fn the_digest_names_a_diverged_rank(world: &World) -> Check {
+    let mut g = Grads::new(0, 10); // the same values on every rank
+    let mut plan =
+        SyncPlan::new(world, &g.tree, g.scope, &PlanOptions::new()).map_err(|e| e.to_string())?;
+    plan.check_consistency(world, &g.tree)
+        .map_err(|e| e.to_string())?;
+    let last = size(world) - 1;
+    if rank(world) == last {
+        let (v, _) = g.vars[6]; // grads/l0006/g, a Tensor<f32>
+        let x = &mut g.tree.get_mut::<Tensor<f32>>(v).unwrap().data_mut()[0];
+        *x = f32::from_bits(x.to_bits() ^ 1);
+    }
+    let got = plan.check_consistency(world, &g.tree);
+    let msg = got
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let same = same_everywhere(world, &msg).map_err(|e| e.to_string())?;
+    if size(world) == 1 {
+        ensure!(world, got.is_ok(), "{msg}");
+        return Ok(());
+    }
+    let Err(Error::Diverged { key, sides, .. }) = &got else {
+        return Err(format!(
+            "rank {}: expected Diverged, got {got:?}",
+            rank(world)
+        ));
+    };
+    ensure!(world, key == "l0006/g", "{msg}");
+    let others: Vec<usize> = (0..last).collect();
+    ensure!(
+        world,
+        sides.len() == 2 && sides[0].1 == others && sides[1].1 == [last],
+        "{msg}"
+    );
+    ensure!(world, same, "the error differs between ranks: {msg}");
+    ensure!(
+        world,
+        msg.contains("diverged across ranks: first difference at `l0006/g`"),
+        "{msg}"
+    );
+    Ok(())
+}
+
+fn a_rank_whose_tree_changed_stops_every_rank_unchanged(world: &World) -> Check {
+    let mut g = Grads::new(rank(world), 5);
+    let mut plan =
+        SyncPlan::new(world, &g.tree, g.scope, &PlanOptions::new()).map_err(|e| e.to_string())?;
+    if rank(world) == 0 {
+        let (v, _) = g.vars[0];
+        g.tree.get_mut::<Vec<f32>>(v).unwrap().push(1.0);
+    }
+    let before = g.each();
+    let got = plan.all_reduce(world, &mut g.tree, Reduce::Sum);
+    match (rank(world), &got) {
+        (0, Err(Error::Changed { key, .. })) => ensure!(world, key == "l0000/g", "{key}"),
+        (r, Err(Error::PeerFailed { ranks, .. })) if r > 0 => {
+            ensure!(world, ranks == &[0], "{ranks:?}");
+        }
+        _ => return Err(format!("rank {}: {got:?}", rank(world))),
+    }
+    ensure!(
+        world,
+        g.each() == before,
+        "a failed all-reduce changed values"
+    );
+    Ok(())
+}
+
+/// A path every rank uses: rank 0 makes a directory and broadcasts its
+/// name.
+fn shared_dir(world: &World) -> Result<PathBuf, Error> {
+    let mut name = if rank(world) == 0 {
+        let dir = std::env::temp_dir().join(format!("scopetree-ranks-mpi-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        dir.to_string_lossy().into_owned().into_bytes()
+    } else {
+        Vec::new()
+    };
+    let mut len = (name.len() as u64).to_le_bytes();
+    world.broadcast_bytes(0, &mut len)?;
+    name.resize(u64::from_le_bytes(len) as usize, 0);
+    world.broadcast_bytes(0, &mut name)?;
+    Ok(PathBuf::from(
+        String::from_utf8(name).expect("a UTF-8 path"),
+    ))
+}
+
+fn one_rank_saves_and_every_rank_loads(world: &World) -> Check {
+    let dir = shared_dir(world).map_err(|e| e.to_string())?;
+    let path = dir.join("model.safetensors");
+    let r = rank(world) as f64;
+    let mut m = Model::standard(|i| 10.0 * r + i as f64);
+    let mut plan =
+        SyncPlan::new(world, &m.tree, m.scope, &PlanOptions::new()).map_err(|e| e.to_string())?;
+    let saved = plan
+        .save_on_root(world, &m.tree, &path, 0, &SaveOptions::new())
+        .map_err(|e| e.to_string())?;
+    // When save_on_root returns, the file is there for every rank.
+    let there = path.exists();
+    let loaded = plan
+        .load_on_all(world, &mut m.tree, &path)
+        .map_err(|e| e.to_string())?;
+    ensure!(world, there, "no file after save_on_root");
+    ensure!(world, saved.is_some() == (rank(world) == 0), "{saved:?}");
+    ensure!(world, loaded.loaded.len() == 5, "{:?}", loaded.loaded);
+    let want = Model::standard(|i| i as f64).values();
+    ensure!(world, m.values() == want, "{:?} != {want:?}", m.values());
+
+    // Files that differ between ranks (hosts without a shared filesystem):
+    // every rank loads, and the check says they diverged.
+    let own = dir.join(format!("rank-{}.safetensors", rank(world)));
+    let mine = Model::standard(|i| 10.0 * r + i as f64);
+    // A failed save here makes this rank's load fail, and every rank with it.
+    let own_saved = checkpoint::save(&mine.tree, mine.scope, &own, &SaveOptions::new());
+    let got = plan.load_on_all(world, &mut m.tree, &own);
+    world.barrier().map_err(|e| e.to_string())?;
+    if rank(world) == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    ensure!(world, own_saved.is_ok(), "{own_saved:?}");
+    if size(world) > 1 {
+        ensure!(world, matches!(got, Err(Error::Diverged { .. })), "{got:?}");
+    } else {
+        ensure!(world, got.is_ok(), "{got:?}");
+    }
+    Ok(())
+}
+
+fn the_steady_state_allocates_nothing_under_mpi(world: &World) -> Check {
+    let mut g = Grads::new(rank(world), 100);
+    let mut plan = SyncPlan::new(
+        world,
+        &g.tree,
+        g.scope,
+        &PlanOptions::new().bucket_bytes(1 << 12),
+    )
+    .map_err(|e| e.to_string())?;
+    plan.all_reduce(world, &mut g.tree, Reduce::Mean)
+        .map_err(|e| e.to_string())?;
+    let mut p = Grads::new(0, 100);
+    let mut pplan =
+        SyncPlan::new(world, &p.tree, p.scope, &PlanOptions::new()).map_err(|e| e.to_string())?;
+    pplan
+        .check_consistency(world, &p.tree)
+        .map_err(|e| e.to_string())?;
+    let before = ALLOCS.with(Cell::get);
+    let mut failed = None;
+    for _ in 0..20 {
+        if let Err(e) = plan.all_reduce(world, &mut g.tree, Reduce::Mean) {
+            failed = Some(e);
+            break;
+        }
+        if let Err(e) = pplan.check_consistency(world, &p.tree) {
+            failed = Some(e);
+            break;
+        }
+    }
+    let n = ALLOCS.with(Cell::get) - before;
+    if let Some(e) = failed {
+        return Err(e.to_string());
+    }
+    ensure!(world, n == 0, "{n} allocations in 20 steps");
+    // Keep `p` alive and used until here.
+    ensure!(world, !p.each().is_empty(), "no parameters");
+    p.tree.clear(p.vars[0].0).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn the_manifest_digest_is_the_same_on_every_rank(world: &World) -> Check {
+    let m = Model::standard(|i| rank(world) as f64 + i as f64);
+    let d = Manifest::of_tree(&m.tree, m.scope)
+        .map_err(|e| e.to_string())?
+        .digest();
+    let mut all = vec![[0_u8; DIGEST_BYTES]; size(world)];
+    world
+        .all_gather_digest(&d, &mut all)
+        .map_err(|e| e.to_string())?;
+    ensure!(
+        world,
+        all.iter().all(|x| *x == d),
+        "digests differ: {all:?}"
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let Some((universe, _)) = mpi::initialize_with_threading(Threading::Funneled) else {
+        eprintln!("MPI was already initialised");
+        return ExitCode::FAILURE;
+    };
+    let world = universe.world();
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(300));
+        eprintln!("ranks_mpi: still running after 5 minutes; a collective hangs");
+        std::process::exit(3);
+    });
+    let checks: &[Named] = &[
+        (
+            "agreement_succeeds_on_identical_models",
+            agreement_succeeds_on_identical_models,
+        ),
+        (
+            "the_manifest_digest_is_the_same_on_every_rank",
+            the_manifest_digest_is_the_same_on_every_rank,
+        ),
+        (
+            "agreement_names_a_differing_shape_on_every_rank",
+            agreement_names_a_differing_shape_on_every_rank,
+        ),
+        (
+            "agreement_names_a_differing_name_on_every_rank",
+            agreement_names_a_differing_name_on_every_rank,
+        ),
+        (
+            "a_rank_that_cannot_build_its_manifest_stops_every_rank",
+            a_rank_that_cannot_build_its_manifest_stops_every_rank,
+        ),
+        (
+            "broadcast_makes_every_rank_hold_the_roots_values",
+            broadcast_makes_every_rank_hold_the_roots_values,
+        ),
+        (
+            "all_reduce_sum_and_mean_are_exact_with_the_default_bucket",
+            all_reduce_sum_and_mean_are_exact_with_the_default_bucket,
+        ),
+        ("buckets_of_one_element", buckets_of_one_element),
+        (
+            "tensors_larger_than_a_bucket_and_many_small_ones",
+            tensors_larger_than_a_bucket_and_many_small_ones,
+        ),
+        (
+            "the_digest_names_a_diverged_rank",
+            the_digest_names_a_diverged_rank,
+        ),
+        (
+            "a_rank_whose_tree_changed_stops_every_rank_unchanged",
+            a_rank_whose_tree_changed_stops_every_rank_unchanged,
+        ),
+        (
+            "one_rank_saves_and_every_rank_loads",
+            one_rank_saves_and_every_rank_loads,
+        ),
+        (
+            "the_steady_state_allocates_nothing_under_mpi",
+            the_steady_state_allocates_nothing_under_mpi,
+        ),
+    ];
+    let (mut passed, mut failed) = (0, 0);
+    for (name, check) in checks {
+        let outcome = check(&world);
+        if let Err(e) = &outcome {
+            eprintln!("FAILED {name}: {e}");
+        }
+        let failing = match ranks_where(&world, outcome.is_err()) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("cannot exchange outcomes: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        if failing.is_empty() {
+            passed += 1;
+            if rank(&world) == 0 {
+                println!("ok {name} ({} ranks)", size(&world));
+            }
+        } else {
+            failed += 1;
+            if rank(&world) == 0 {
+                println!("FAILED {name} on ranks {failing:?}");
+            }
+        }
+    }
+    if rank(&world) == 0 {
+        println!(
+            "ranks_mpi, {} ranks: {passed} passed, {failed} failed",
+            size(&world)
+        );
+    }
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
