@@ -494,3 +494,46 @@ fn a_plan_refuses_empty_buckets_and_bad_roots() -> R {
     says(&err, &["rank 3"]);
     Ok(())
 }
+
+#[test]
+fn a_filtered_plan_holds_and_checkpoints_only_the_keys_it_keeps() -> R {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("kept.safetensors");
+    let (mut tree, model, vars) = model()?;
+    // Scratch the plan leaves out: a string (unsupported) and a buffer.
+    let scratch = tree.new_named_scope(model, "scratch")?;
+    let note = tree.var(scratch, "note")?;
+    tree.set(note, String::from("not synchronised"))?;
+    let buf = tree.var(scratch, "buf")?;
+    tree.set(buf, vec![1.0_f32; 3])?;
+    let opts = PlanOptions::new().filter(|key| !key.starts_with("scratch/"));
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, model, &opts)?;
+    assert_eq!(plan.manifest().entries().len(), 4);
+    plan.all_reduce(&SingleProcess, &mut tree, Reduce::Mean)?;
+    // The options' own separator and filter give way to the plan's.
+    let theirs = SaveOptions::new()
+        .separator(checkpoint::Separator::Dot)
+        .filter(|_| false);
+    let report = plan.save_on_root(&SingleProcess, &tree, &path, 0, &theirs)?;
+    assert_eq!(
+        report.map(|r| r.keys),
+        Some(vec![
+            "dec/w".to_owned(),
+            "dec/w_box".into(),
+            "enc/b".into(),
+            "enc/w".into()
+        ])
+    );
+    let before = bytes(&tree, &vars)?;
+    tree.get_mut::<Vec<f64>>(vars[2])?.fill(0.0);
+    tree.get_mut::<Vec<f32>>(buf)?.fill(5.0);
+    let report = plan.load_on_all(&SingleProcess, &mut tree, &path)?;
+    assert_eq!(report.loaded.len(), 4);
+    assert_eq!(bytes(&tree, &vars)?, before);
+    assert_eq!(
+        tree.get::<Vec<f32>>(buf)?,
+        &[5.0; 3],
+        "left out, left alone"
+    );
+    Ok(())
+}

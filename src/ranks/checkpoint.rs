@@ -7,7 +7,9 @@ use super::collective::{Collective, DIGEST_BYTES, check_root};
 use super::error::Error;
 use super::plan::{SyncPlan, settle};
 use crate::ScopeTree;
-use crate::checkpoint::{self, LoadOptions, LoadReport, Mismatch, SaveOptions, SaveReport};
+use crate::checkpoint::{
+    self, LoadOptions, LoadReport, Mismatch, SaveOptions, SaveReport, Separator,
+};
 
 impl SyncPlan {
     /// Rank `root` saves the plan's scope to `path` with
@@ -17,7 +19,9 @@ impl SyncPlan {
     /// filesystem every rank sees, for several hosts). O(subtree + bytes
     /// written) on the root, plus one all-gather of 16 bytes per rank.
     ///
-    /// Returns the save's report on the root, `None` on the other ranks.
+    /// The file holds exactly the plan's variables: `opts`' separator and
+    /// filter are replaced by `/` and the plan's filter. Returns the save's
+    /// report on the root, `None` on the other ranks.
     ///
     /// # Errors
     /// On every rank: [`Error::BadRank`] when `root` is not a rank. On the
@@ -46,7 +50,12 @@ impl SyncPlan {
     ) -> Result<Option<SaveReport>, Error> {
         check_root(root, comm.size())?;
         let local = if comm.rank() == root {
-            checkpoint::save(tree, self.scope(), path, opts)
+            // The file holds exactly the plan's variables, under the keys
+            // of its manifest.
+            let mut opts = opts.clone();
+            opts.sep = Separator::Slash;
+            opts.filter = self.filter().cloned();
+            checkpoint::save(tree, self.scope(), path, &opts)
                 .map(Some)
                 .map_err(Error::from)
         } else {
@@ -57,7 +66,8 @@ impl SyncPlan {
     }
 
     /// Every rank loads `path` into the plan's scope, strictly (every name,
-    /// dtype and shape of the file must match the plan's variables), then
+    /// dtype and shape of the file must match the plan's variables; keys the
+    /// plan's filter leaves out are ignored on both sides), then
     /// the ranks [check](Self::check_consistency) that they hold the same
     /// bytes. A collective call: call it after
     /// [`save_on_root`](Self::save_on_root) returned, or at start-up to
@@ -103,8 +113,11 @@ impl SyncPlan {
         let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
         let checked = self.check_file(path);
         settle(comm, &mut gathered, "checking the checkpoint", checked)?;
-        let loaded =
-            checkpoint::load(tree, self.scope(), path, &LoadOptions::new()).map_err(Error::from);
+        let mut opts = LoadOptions::new();
+        if let Some(keep) = self.filter().cloned() {
+            opts = opts.filter(move |key| keep(key));
+        }
+        let loaded = checkpoint::load(tree, self.scope(), path, &opts).map_err(Error::from);
         let report = settle(comm, &mut gathered, "loading the checkpoint", loaded)?;
         self.check_consistency(comm, tree)?;
         Ok(report)
@@ -114,6 +127,8 @@ impl SyncPlan {
     /// dtypes, and shapes (element counts for flat values). O(header).
     fn check_file(&self, path: &Path) -> Result<(), Error> {
         let mut file = checkpoint::inspect(path)?;
+        // Keys the plan's filter leaves out are ignored, as a load ignores them.
+        file.retain(|t| self.filter().is_none_or(|keep| keep(&t.key)));
         file.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         let entries = self.manifest().entries();
         let (mut missing, mut unexpected, mut mismatched) = (Vec::new(), Vec::new(), Vec::new());

@@ -10,7 +10,7 @@ use rustc_hash::FxHasher;
 use super::access::{Access, DTYPES, SUPPORTED, Types};
 use super::collective::{Collective, DIGEST_BYTES, Digest};
 use super::error::Error;
-use crate::checkpoint::{Dtype, Separator};
+use crate::checkpoint::{Dtype, Filter, Separator};
 use crate::sharing::VariableStore;
 use crate::{ScopeId, ScopeTree, VarId};
 
@@ -105,7 +105,7 @@ impl Manifest {
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn of_tree(tree: &ScopeTree, scope: ScopeId) -> Result<Self, Error> {
-        Ok(bind(tree, scope, &|_| None)?.manifest)
+        Ok(bind(tree, scope, None, &|_| None)?.manifest)
     }
 
     /// The manifest of a whole [`VariableStore`]: as
@@ -127,7 +127,7 @@ impl Manifest {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn of_store(store: &VariableStore) -> Result<Self, Error> {
-        Ok(bind_store(store)?.manifest)
+        Ok(bind_store(store, None)?.manifest)
     }
 
     /// The entries, sorted by full name. O(1).
@@ -414,14 +414,15 @@ fn decode(mut bytes: &[u8], scope: &str) -> Result<Manifest, String> {
     })
 }
 
-/// The manifest of `scope` with its handles; `shape_of` gives a flat
-/// value's recorded shape, if any. O(variables × depth + sort).
+/// The manifest of `scope` with its handles, of the keys `filter` keeps;
+/// `shape_of` gives a flat value's recorded shape, if any. O(variables × depth + sort).
 pub(crate) fn bind(
     tree: &ScopeTree,
     scope: ScopeId,
+    filter: Option<&Filter>,
     shape_of: &dyn Fn(VarId) -> Option<Vec<usize>>,
 ) -> Result<Bound, Error> {
-    let walked = crate::checkpoint::walk(tree, scope, Separator::Slash, None)?;
+    let walked = crate::checkpoint::walk(tree, scope, Separator::Slash, filter)?;
     let types = Types::new();
     let scope_path = tree.path(scope)?;
     let mut entries = Vec::with_capacity(walked.vars.len());
@@ -463,9 +464,9 @@ pub(crate) fn bind(
 }
 
 /// [`bind`] for a whole store, with the shapes it recorded.
-pub(crate) fn bind_store(store: &VariableStore) -> Result<Bound, Error> {
+pub(crate) fn bind_store(store: &VariableStore, filter: Option<&Filter>) -> Result<Bound, Error> {
     let tree = store.tree();
-    bind(tree, tree.root(), &|v| {
+    bind(tree, tree.root(), filter, &|v| {
         store
             .initial_shape(v)
             .ok()

@@ -12,7 +12,7 @@ use super::buckets::Buckets;
 use super::collective::{Collective, DIGEST_BYTES, Digest, check_root};
 use super::error::Error;
 use super::manifest::{Bound, Manifest, bind, bind_store, digest_parts};
-use crate::checkpoint::Dtype;
+use crate::checkpoint::{Dtype, Filter};
 use crate::sharing::VariableStore;
 use crate::{ScopeId, ScopeTree, VarId};
 
@@ -47,9 +47,19 @@ pub enum Reduce {
 /// assert_eq!(PlanOptions::new().bucket_bytes_value(), DEFAULT_BUCKET_BYTES);
 /// assert_eq!(PlanOptions::new().bucket_bytes(4096).bucket_bytes_value(), 4096);
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct PlanOptions {
     bucket_bytes: usize,
+    filter: Option<Filter>,
+}
+
+impl std::fmt::Debug for PlanOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanOptions")
+            .field("bucket_bytes", &self.bucket_bytes)
+            .field("filter", &self.filter.is_some())
+            .finish()
+    }
 }
 
 impl Default for PlanOptions {
@@ -67,7 +77,35 @@ impl PlanOptions {
     pub fn new() -> Self {
         Self {
             bucket_bytes: DEFAULT_BUCKET_BYTES,
+            filter: None,
         }
+    }
+
+    /// Only the variables whose full name (relative to the plan's scope,
+    /// joined by `/`) `keep` accepts belong to the plan, as
+    /// [`SaveOptions::filter`](crate::checkpoint::SaveOptions::filter) keeps
+    /// keys: for example the gradients among an optimizer's state, or the
+    /// parameters and optimizer state without the workers' scratch. The
+    /// plan's checkpoints ([`SyncPlan::save_on_root`],
+    /// [`SyncPlan::load_on_all`]) use the same filter. O(1).
+    ///
+    /// ```
+    /// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+    /// let mut tree = ScopeTree::new();
+    /// let optim = tree.new_named_scope(tree.root(), "optim")?;
+    /// for name in ["w@GRAD", "w@M", "step"] {
+    ///     let v = tree.var(optim, name)?;
+    ///     tree.set(v, vec![0.0_f32; 2])?;
+    /// }
+    /// let opts = PlanOptions::new().filter(|key| key.ends_with("@GRAD"));
+    /// let plan = SyncPlan::new(&SingleProcess, &tree, optim, &opts)?;
+    /// assert_eq!(plan.manifest().entries().len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn filter(mut self, keep: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.filter = Some(std::sync::Arc::new(keep));
+        self
     }
 
     /// The most bytes one collective call moves. A bucket holds at least one
@@ -250,6 +288,8 @@ fn cast_mut<F: Pod>(bytes: &mut [u8]) -> Result<&mut [F], Error> {
 pub struct SyncPlan {
     manifest: Manifest,
     scope: ScopeId,
+    /// The variables' filter, which the plan's checkpoints use too.
+    filter: Option<Filter>,
     slots: Vec<Slot>,
     /// The first variable that is neither `f32` nor `f64`.
     first_not_float: Option<usize>,
@@ -298,7 +338,11 @@ impl SyncPlan {
         scope: ScopeId,
         opts: &PlanOptions,
     ) -> Result<Self, Error> {
-        Self::build(comm, opts, bind(tree, scope, &|_| None))
+        Self::build(
+            comm,
+            opts,
+            bind(tree, scope, opts.filter.as_ref(), &|_| None),
+        )
     }
 
     /// [`new`](Self::new) for a whole [`VariableStore`], whose manifest
@@ -323,7 +367,7 @@ impl SyncPlan {
         store: &VariableStore,
         opts: &PlanOptions,
     ) -> Result<Self, Error> {
-        Self::build(comm, opts, bind_store(store))
+        Self::build(comm, opts, bind_store(store, opts.filter.as_ref()))
     }
 
     fn build<C: Collective + ?Sized>(
@@ -361,6 +405,7 @@ impl SyncPlan {
             digests: vec![0; slots.len()],
             manifest: bound.manifest,
             scope: bound.scope,
+            filter: opts.filter.clone(),
             slots,
             gathered,
         })
@@ -406,6 +451,11 @@ impl SyncPlan {
     /// ```
     pub fn reduce_buckets(&self) -> usize {
         self.f32s.buckets.buckets.len() + self.f64s.buckets.buckets.len()
+    }
+
+    /// The plan's filter, if any.
+    pub(crate) fn filter(&self) -> Option<&Filter> {
+        self.filter.as_ref()
     }
 
     /// Whether each variable, in manifest order, is flat (`Vec`, `Box`). O(1)
