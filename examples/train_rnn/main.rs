@@ -16,7 +16,16 @@
 //! `--save PATH` writes the parameters and the optimiser state to a
 //! safetensors checkpoint at the end; `--resume PATH` loads one before
 //! training (same model flags), and the run continues exactly where the
-//! saved one stopped.
+//! saved one stopped. The last line is a digest of the parameters and the
+//! optimiser state: equal runs print equal digests.
+//!
+//! Across processes (feature `mpi`): `cargo build --release --features mpi
+//! --example train_rnn`, then `mpirun -np 2 target/release/examples/train_rnn
+//! --workers 1`. Each rank runs its `--workers` threads on its share of the
+//! `--batch`; the gradients are summed over the ranks (see
+//! `docs/distributed.md`), and after every epoch the ranks check that their
+//! parameters are bit-identical. Rank 0 prints. Without `mpirun` (or without
+//! the feature) the example is one process, as before.
 
 mod model;
 
@@ -25,6 +34,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use model::{Config, Task, Trainer};
+use scopetree::ranks::Collective;
 
 const USAGE: &str = "usage: train_rnn [--seq-len N] [--hidden N] [--epochs N] [--workers N] \
 [--seed N] [--task echo|echoN|sum] [--tokens N] [--batch N] [--updates N] [--lr X] [--eval-seqs N] \
@@ -110,18 +120,55 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(cfg, &ckpt) {
+    // With the feature, MPI starts here (a world of one without `mpirun`)
+    // and ends when `universe` drops, after the run.
+    #[cfg(feature = "mpi")]
+    let (universe, world): (_, Box<dyn Collective>) = {
+        let Some((universe, _)) = mpi::initialize_with_threading(mpi::Threading::Funneled) else {
+            eprintln!("error: MPI was already initialised");
+            return ExitCode::FAILURE;
+        };
+        let world = universe.world();
+        (universe, Box::new(world))
+    };
+    #[cfg(not(feature = "mpi"))]
+    let world: Box<dyn Collective> = Box::new(scopetree::ranks::SingleProcess);
+    let (rank, ranks) = (world.rank(), world.size());
+    let code = match run(cfg, &ckpt, world) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if ranks > 1 => {
+            eprintln!("error on rank {rank}: {e}");
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
         }
-    }
+    };
+    #[cfg(feature = "mpi")]
+    drop(universe);
+    code
 }
 
-fn run(cfg: Config, ckpt: &Checkpoints) -> Result<(), model::Error> {
-    println!(
-        "train_rnn: {task}, {k} tokens | seq len {T}, hidden {H}, batch {B}, {W} worker(s), \
+fn run(cfg: Config, ckpt: &Checkpoints, world: Box<dyn Collective>) -> Result<(), model::Error> {
+    // Every rank makes the same calls in the same order (the collective
+    // ones inside the trainer); rank 0 prints.
+    let (lead, ranks) = (world.rank() == 0, world.size());
+    macro_rules! say {
+        ($($arg:tt)*) => {
+            if lead {
+                println!($($arg)*);
+            }
+        };
+    }
+    // ` x 2 ranks` after the workers, across processes only.
+    let per = if ranks > 1 {
+        format!(" x {ranks} ranks")
+    } else {
+        String::new()
+    };
+    say!(
+        "train_rnn: {task}, {k} tokens | seq len {T}, hidden {H}, batch {B}, {W} worker(s){per}, \
          {E} epochs x {U} updates, seed {S} | chance {c:.1}%",
         task = match cfg.task {
             Task::Echo { delay } => format!("echo the token seen {delay} steps before"),
@@ -137,10 +184,10 @@ fn run(cfg: Config, ckpt: &Checkpoints) -> Result<(), model::Error> {
         S = cfg.seed,
         c = 100.0 / cfg.tokens as f64,
     );
-    let mut trainer = Trainer::new(cfg.clone())?;
+    let mut trainer = Trainer::with_world(cfg.clone(), world)?;
     if let Some(path) = &ckpt.resume {
         trainer.resume(path)?;
-        println!(
+        say!(
             "resumed from {} after {} updates",
             path.display(),
             trainer.updates()
@@ -158,13 +205,15 @@ fn run(cfg: Config, ckpt: &Checkpoints) -> Result<(), model::Error> {
             stats.correct += s.correct;
             stats.tokens += s.tokens;
         }
+        let stats = trainer.global_stats(stats)?;
         let secs = start.elapsed().as_secs_f64();
         let steps = cfg.updates_per_epoch * trainer.steps_per_update();
         train_secs += secs;
         steps_done += steps;
         let eval = trainer.evaluate()?;
+        trainer.check_consistency()?;
         last_acc = eval.accuracy();
-        println!(
+        say!(
             "epoch {epoch:>3}/{E}  loss {l:.4}  train acc {ta:5.1}%  held-out acc {ea:5.1}%  \
              {sps:>8.0} steps/s  tree: {sc} scopes, {vc} vars",
             E = cfg.epochs,
@@ -176,9 +225,9 @@ fn run(cfg: Config, ckpt: &Checkpoints) -> Result<(), model::Error> {
             vc = trainer.tree.var_count(),
         );
     }
-    println!(
+    say!(
         "final: held-out accuracy {a:.1}% (chance {c:.1}%) on {n} unseen sequences; \
-         {sps:.0} steps/s over {s} training steps with {w} worker(s)",
+         {sps:.0} steps/s over {s} training steps with {w} worker(s){per}",
         a = 100.0 * last_acc,
         c = 100.0 / cfg.tokens as f64,
         n = cfg.eval_seqs,
@@ -188,11 +237,15 @@ fn run(cfg: Config, ckpt: &Checkpoints) -> Result<(), model::Error> {
     );
     if let Some(path) = &ckpt.save {
         trainer.save(path)?;
-        println!(
+        say!(
             "saved parameters and optimiser state after {} updates to {}",
             trainer.updates(),
             path.display()
         );
     }
+    say!(
+        "parameters and optimiser state: digest {}",
+        trainer.state_digest()?
+    );
     Ok(())
 }

@@ -19,10 +19,18 @@
 //! ├─ worker_1   …
 //! └─ eval       h0; two ping-pong step scopes (x y h p)
 //! ```
+//!
+//! Across processes (`Trainer::with_world`, one rank per process, each with
+//! its own tree as above): the batch is split between every worker of every
+//! rank; after the workers, each rank's summed gradients (`optim/*@GRAD`)
+//! are all-reduced over the ranks, and every rank takes the same Adam step.
+//! Rank 0's parameters and optimiser state are broadcast at the start, and
+//! checkpoints are saved by rank 0 and loaded by every rank.
 
 use std::path::Path;
 
-use scopetree::checkpoint::{self, LoadOptions, SaveOptions};
+use scopetree::checkpoint::SaveOptions;
+use scopetree::ranks::{self, Collective, PlanOptions, Reduce, SingleProcess, SyncPlan};
 use scopetree::{ScopeId, ScopeTree, StepScopes, StepVar, VarId, WorkerScope};
 
 /// The trainer's error: whichever layer failed (the tree's `Error`, the step
@@ -265,6 +273,13 @@ pub struct Trainer {
     /// (kept in step with `updates` at every save and resume).
     step: VarId,
     updates: u64,
+    /// The ranks (a world of one for a single process).
+    world: Box<dyn Collective>,
+    /// `optim/*@GRAD`, all-reduced after every update.
+    grad_plan: SyncPlan,
+    /// The parameters and the optimiser state (the checkpoint's keys):
+    /// broadcast at the start, checked for consistency, saved and loaded.
+    state_plan: SyncPlan,
 }
 
 /// The parameter values as a worker or the evaluation reads them.
@@ -290,8 +305,33 @@ impl Trainer {
     ///
     /// # Errors
     /// Only on a bug in the model code (a tree misuse).
+    // The tests build their trainers with it; the example goes through
+    // `with_world`, one process being a world of one.
+    #[allow(dead_code)]
     pub fn new(cfg: Config) -> Result<Self, Error> {
+        Self::with_world(cfg, Box::new(SingleProcess))
+    }
+
+    /// [`new`](Self::new) as one rank of `world`: the batch is split between
+    /// the `workers` of every rank (sequence by sequence, rank after rank),
+    /// the gradients are summed over the ranks, and every rank starts from
+    /// rank 0's parameters. A collective call: every rank makes it.
+    ///
+    /// # Errors
+    /// When the batch has fewer sequences than the ranks have workers in
+    /// all (on every rank), or when the ranks build different models.
+    pub fn with_world(cfg: Config, world: Box<dyn Collective>) -> Result<Self, Error> {
         let (h, k) = (cfg.hidden, cfg.tokens);
+        let (ranks, rank) = (world.size(), world.rank());
+        let n = cfg.workers.max(1);
+        if n * ranks > cfg.batch {
+            return Err(format!(
+                "{ranks} rank(s) x {n} worker(s) exceed the batch of {} sequences; \
+                 give every worker at least one sequence (--batch)",
+                cfg.batch
+            )
+            .into());
+        }
         let mut tree = ScopeTree::new();
         let root = tree.root();
         let params = var_array(&mut tree, root, "")?;
@@ -317,11 +357,13 @@ impl Trainer {
         let step = tree.create_var(optim, "step")?;
         tree.set(step, vec![0_u64])?;
 
-        let n = cfg.workers.max(1);
+        // Worker `i` of rank `r` is worker `r * n + i` of all of them.
+        let all = n * ranks;
+        let share = |g: usize| cfg.batch / all + usize::from(g < cfg.batch % all);
         let mut workers = Vec::with_capacity(n);
-        let mut offset = 0;
+        let mut offset: usize = (0..rank * n).map(share).sum();
         for i in 0..n {
-            let batch = cfg.batch / n + usize::from(i < cfg.batch % n);
+            let batch = share(rank * n + i);
             let scope = tree.new_named_scope(root, format!("worker_{i}"))?;
             let wgrads = var_array(&mut tree, scope, "@GRAD")?;
             let h0 = tree.create_var(scope, "h0")?;
@@ -363,6 +405,19 @@ impl Trainer {
         };
 
         let worker_scopes = workers.iter().map(|w| w.scope).collect();
+        let grad_plan = SyncPlan::new(
+            &*world,
+            &tree,
+            optim,
+            &PlanOptions::new().filter(|key| key.ends_with("@GRAD")),
+        )?;
+        let mut state_plan = SyncPlan::new(
+            &*world,
+            &tree,
+            root,
+            &PlanOptions::new().filter(checkpoint_key),
+        )?;
+        state_plan.broadcast(&*world, &mut tree, 0)?;
         Ok(Trainer {
             cfg,
             tree,
@@ -375,7 +430,44 @@ impl Trainer {
             adam_v,
             step,
             updates: 0,
+            world,
+            grad_plan,
+            state_plan,
         })
+    }
+
+    /// `stats` summed over the ranks (a collective call).
+    ///
+    /// # Errors
+    /// Only on a misuse of the collective (a bug).
+    pub fn global_stats(&self, stats: Stats) -> Result<Stats, ranks::Error> {
+        let mine = [stats.loss, stats.correct as f64, stats.tokens as f64];
+        let mut all = [0.0_f64; 3];
+        self.world.all_reduce_sum_f64(&mine, &mut all)?;
+        Ok(Stats {
+            loss: all[0],
+            correct: all[1] as usize,
+            tokens: all[2] as usize,
+        })
+    }
+
+    /// Checks that every rank holds bit-identical parameters and optimiser
+    /// state (a collective call).
+    ///
+    /// # Errors
+    /// `ranks::Error::Diverged` naming the first variable that differs.
+    pub fn check_consistency(&mut self) -> Result<(), ranks::Error> {
+        self.state_plan.check_consistency(&*self.world, &self.tree)
+    }
+
+    /// A 128-bit digest of the parameters and optimiser state, as hex: equal
+    /// runs print equal digests.
+    ///
+    /// # Errors
+    /// Only on a bug in the model code (a tree misuse).
+    pub fn state_digest(&mut self) -> Result<String, ranks::Error> {
+        let d = self.state_plan.digest(&self.tree)?;
+        Ok(d.iter().map(|b| format!("{b:02x}")).collect())
     }
 
     /// Updates done so far (including those before a resume).
@@ -384,37 +476,30 @@ impl Trainer {
     }
 
     /// Saves the parameters and the optimiser state (Adam moments, the
-    /// update count) to a safetensors file.
+    /// update count) to a safetensors file: rank 0 writes it, atomically,
+    /// and every rank returns once it is whole (a collective call).
     ///
     /// # Errors
-    /// When the file cannot be written.
-    pub fn save(&mut self, path: &Path) -> Result<(), checkpoint::Error> {
+    /// When the file cannot be written (on every rank).
+    pub fn save(&mut self, path: &Path) -> Result<(), ranks::Error> {
         self.tree.set(self.step, vec![self.updates])?;
-        let root = self.tree.root();
-        checkpoint::save(
-            &self.tree,
-            root,
-            path,
-            &SaveOptions::new().filter(checkpoint_key),
-        )?;
+        self.state_plan
+            .save_on_root(&*self.world, &self.tree, path, 0, &SaveOptions::new())?;
         Ok(())
     }
 
     /// Loads what [`save`](Self::save) wrote, strictly: the file must hold
     /// every parameter and optimiser variable, with this model's shapes.
-    /// Training then continues exactly where the saved run stopped.
+    /// Every rank loads it, then the ranks check that they agree (a
+    /// collective call). Training then continues exactly where the saved run
+    /// stopped.
     ///
     /// # Errors
     /// When the file cannot be read or does not match this model (then
-    /// nothing changed).
-    pub fn resume(&mut self, path: &Path) -> Result<(), checkpoint::Error> {
-        let root = self.tree.root();
-        checkpoint::load(
-            &mut self.tree,
-            root,
-            path,
-            &LoadOptions::new().filter(checkpoint_key),
-        )?;
+    /// nothing changed), on every rank.
+    pub fn resume(&mut self, path: &Path) -> Result<(), ranks::Error> {
+        self.state_plan
+            .load_on_all(&*self.world, &mut self.tree, path)?;
         // The load checked that `step` holds exactly one element.
         self.updates = self.tree.get::<Vec<u64>>(self.step)?[0];
         Ok(())
@@ -456,8 +541,9 @@ impl Trainer {
         Ok(stats)
     }
 
-    /// Sums the workers' gradients into `optim`, clips their norm and takes
-    /// an Adam step on the parameters (on the whole tree, after the split).
+    /// Sums the workers' gradients into `optim`, then over the ranks, clips
+    /// their norm and takes an Adam step on the parameters (on the whole
+    /// tree, after the split).
     fn reduce_and_step(&mut self) -> Result<(), Error> {
         let tree = &mut self.tree;
         let scale = 1.0 / (self.cfg.batch * self.cfg.seq_len) as f32;
@@ -470,6 +556,9 @@ impl Trainer {
                     *s += d * scale;
                 }
             }
+        }
+        self.grad_plan.all_reduce(&*self.world, tree, Reduce::Sum)?;
+        for i in 0..5 {
             norm2 += tree
                 .get::<Vec<f32>>(self.grads[i])?
                 .iter()
