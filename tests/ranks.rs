@@ -537,3 +537,36 @@ fn a_filtered_plan_holds_and_checkpoints_only_the_keys_it_keeps() -> R {
     );
     Ok(())
 }
+
+#[test]
+fn messages_stay_under_1_kib_for_deep_scopes_and_long_names() -> R {
+    let mut tree = ScopeTree::new();
+    let top = tree.new_named_scope(tree.root(), "x".repeat(1 << 20))?;
+    let mut s = top;
+    for _ in 0..10_000 {
+        s = tree.new_named_scope(s, "layer")?;
+    }
+    let v = tree.var(s, "w".repeat(1 << 20))?;
+    tree.set(v, String::from("not a tensor"))?;
+    let short = |e: &Error| {
+        let n = e.to_string().len();
+        assert!(n < 1024, "{n} bytes: {}", &e.to_string()[..300]);
+    };
+    // The synchronised scope is the deepest but one: a long path, a long key.
+    let scope = tree.parent(s)?.unwrap();
+    let err = Manifest::of_tree(&tree, scope).unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }));
+    short(&err);
+    tree.set(v, vec![0.0_f32; 2])?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, scope, &PlanOptions::new())?;
+    tree.get_mut::<Vec<f32>>(v)?.push(1.0);
+    let err = plan
+        .all_reduce(&SingleProcess, &mut tree, Reduce::Sum)
+        .unwrap_err();
+    assert!(matches!(err, Error::Changed { .. }));
+    short(&err);
+    tree.remove_var(v)?;
+    let err = plan.check_consistency(&SingleProcess, &tree).unwrap_err();
+    short(&err);
+    Ok(())
+}
