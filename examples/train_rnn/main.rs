@@ -14,7 +14,8 @@
 //! (also `--task`, `--tokens`, `--batch`, `--updates`, `--lr`, `--eval-seqs`).
 //!
 //! `--save PATH` writes the parameters and the optimiser state to a
-//! safetensors checkpoint at the end; `--resume PATH` loads one before
+//! safetensors checkpoint at the end (and after every N epochs with
+//! `--save-every N`, atomically each time); `--resume PATH` loads one before
 //! training (same model flags), and the run continues exactly where the
 //! saved one stopped. The last line is a digest of the parameters and the
 //! optimiser state: equal runs print equal digests.
@@ -29,6 +30,7 @@
 
 mod model;
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -38,12 +40,13 @@ use scopetree::ranks::Collective;
 
 const USAGE: &str = "usage: train_rnn [--seq-len N] [--hidden N] [--epochs N] [--workers N] \
 [--seed N] [--task echo|echoN|sum] [--tokens N] [--batch N] [--updates N] [--lr X] [--eval-seqs N] \
-[--save PATH] [--resume PATH]";
+[--save PATH] [--save-every N] [--resume PATH]";
 
-/// Checkpoint paths from `--save` and `--resume`.
+/// Checkpoint paths from `--save` and `--resume`, and `--save-every`.
 #[derive(Default)]
 struct Checkpoints {
     save: Option<PathBuf>,
+    every: Option<usize>,
     resume: Option<PathBuf>,
 }
 
@@ -83,6 +86,7 @@ fn parse_args() -> Result<(Config, Checkpoints), String> {
             "--seed" => cfg.seed = value.parse().map_err(|e| bad(&e))?,
             "--lr" => cfg.lr = value.parse().map_err(|e| bad(&e))?,
             "--save" => ckpt.save = Some(PathBuf::from(value)),
+            "--save-every" => ckpt.every = Some(int()?),
             "--resume" => ckpt.resume = Some(PathBuf::from(value)),
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
         }
@@ -108,6 +112,11 @@ fn parse_args() -> Result<(Config, Checkpoints), String> {
             "--workers ({}) must not exceed --batch ({})\n{USAGE}",
             cfg.workers, cfg.batch
         ));
+    }
+    match (ckpt.every, &ckpt.save) {
+        (Some(0), _) => return Err(format!("--save-every must be at least 1\n{USAGE}")),
+        (Some(_), None) => return Err(format!("--save-every needs --save PATH\n{USAGE}")),
+        _ => {}
     }
     Ok((cfg, ckpt))
 }
@@ -137,7 +146,9 @@ fn main() -> ExitCode {
     let code = match run(cfg, &ckpt, world) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if ranks > 1 => {
-            eprintln!("error on rank {rank}: {e}");
+            // One write, so that the ranks' lines do not interleave.
+            let line = format!("error on rank {rank}: {e}\n");
+            let _ = std::io::stderr().write_all(line.as_bytes());
             ExitCode::FAILURE
         }
         Err(e) => {
@@ -224,6 +235,12 @@ fn run(cfg: Config, ckpt: &Checkpoints, world: Box<dyn Collective>) -> Result<()
             sc = trainer.tree.scope_count(),
             vc = trainer.tree.var_count(),
         );
+        if let (Some(path), Some(every)) = (&ckpt.save, ckpt.every) {
+            if epoch % every == 0 && epoch < cfg.epochs {
+                trainer.save(path)?;
+                say!("saved after epoch {epoch} to {}", path.display());
+            }
+        }
     }
     say!(
         "final: held-out accuracy {a:.1}% (chance {c:.1}%) on {n} unseen sequences; \
