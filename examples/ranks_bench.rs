@@ -2,11 +2,12 @@
 //!
 //! ```text
 //! cargo build --release --features mpi --example ranks_bench
-//! mpirun -np 2 target/release/examples/ranks_bench [MB] [REPS]
+//! mpirun -np 2 target/release/examples/ranks_bench [MB] [REPS] [TENSORS]
 //! ```
 //!
-//! - the all-reduce of a store's gradients (300 `f32` tensors of mixed
-//!   sizes, `MB` megabytes in all, 100 by default) through
+//! - the all-reduce of a store's gradients (`TENSORS` `f32` tensors, 300 by
+//!   default, of sizes growing as i², `MB` megabytes in all, 100 by
+//!   default) through
 //!   [`SyncPlan::all_reduce`], for buckets of 1, 4, 25 and 100 MiB, against
 //!   one raw `MPI_Allreduce` of a flat buffer of the same bytes, and against
 //!   raw `MPI_Allreduce`s of that buffer in chunks of the bucket's size;
@@ -25,12 +26,12 @@ use scopetree::checkpoint::Tensor;
 use scopetree::ranks::{PlanOptions, Reduce, SyncPlan};
 use scopetree::{ScopeId, ScopeTree};
 
-/// 300 tensors of sizes growing as i² (as a model's mix of biases and
+/// `count` tensors of sizes growing as i² (as a model's mix of biases and
 /// weights), `total` f32 elements in all.
-fn gradients(total: usize) -> (ScopeTree, ScopeId) {
+fn gradients(total: usize, count: usize) -> (ScopeTree, ScopeId) {
     let mut tree = ScopeTree::new();
     let grads = tree.new_named_scope(tree.root(), "grads").unwrap();
-    let weights: Vec<usize> = (1..=300).map(|i| i * i).collect();
+    let weights: Vec<usize> = (1..=count).map(|i| i * i).collect();
     let sum: usize = weights.iter().sum();
     let mut left = total;
     for (i, w) in weights.iter().enumerate() {
@@ -78,11 +79,12 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let mb: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100);
     let reps: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(9);
+    let count: usize = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(300);
     let universe = mpi::initialize().expect("MPI initialises once");
     let world = universe.world();
     let me = world.rank() == 0;
     let total = mb * 1_000_000 / 4;
-    let (mut tree, grads) = gradients(total);
+    let (mut tree, grads) = gradients(total, count);
 
     // The raw call and every bucket size take turns within each round, so
     // that load from other processes hits them alike.
@@ -137,7 +139,7 @@ fn main() {
     let raw = median(raw);
     if me {
         println!(
-            "ranks: {}; gradients: 300 f32 tensors, {mb} MB; median of {reps} rounds",
+            "ranks: {}; gradients: {count} f32 tensors, {mb} MB; median of {reps} rounds",
             world.size()
         );
         println!(
