@@ -555,9 +555,10 @@ impl SyncPlan {
     ///
     /// The sum of each element is MPI's: with two ranks it is one rounded
     /// addition, the same on both (float addition commutes); with more ranks
-    /// the grouping of the additions is the MPI library's choice. Open MPI's
-    /// algorithms give every rank the same bits; MPI does not promise it, so
-    /// run [`check_consistency`](Self::check_consistency) on the parameters
+    /// the grouping of the additions is the MPI library's choice, and MPI
+    /// does not promise every rank the same bits (Open MPI 4.1 gave them in
+    /// the crate's tests at 3 and 4 ranks), so run
+    /// [`check_consistency`](Self::check_consistency) on the parameters
     /// every few steps.
     ///
     /// # Errors
