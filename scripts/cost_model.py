@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""The cost model of docs/distributed.md ("Past this machine"): predicted step
+times of data-parallel training over a ring all-reduce, for scales the 2-core
+project machine cannot run. Prints the Markdown tables of that section.
+
+Usage: python3 scripts/cost_model.py
+
+Every input is below, with where it comes from. MEASURED inputs were measured
+on the project machine (commands in docs/distributed.md); ASSUMED inputs are
+not measured anywhere in this repository: they are the link parameters the
+prediction is asked for, and a per-message latency typical of MPI over such
+links. The outputs are predictions, not measurements.
+"""
+
+import math
+
+# ----- inputs -------------------------------------------------------------
+
+# MEASURED: train_rnn, 1 process x 1 worker, default flags: 231 000-234 000
+# steps/s; one update is 32 sequences x 20 steps = 640 steps.
+STEPS_PER_S_ONE = 232_500
+SEQ_PER_UPDATE_ONE = 32
+SECONDS_PER_SEQUENCE = 640 / STEPS_PER_S_ONE / SEQ_PER_UPDATE_ONE
+
+# MEASURED: train_rnn, `mpirun -np 2 train_rnn --workers 1`: 442 000-447 000
+# steps/s, 16 sequences per rank per update.
+STEPS_PER_S_TWO = 444_500
+
+# train_rnn's gradients (hidden 64, 10 tokens): Wxh 64x10, Whh 64x64, bh 64,
+# Why 10x64, by 10 = 5450 f32.
+RNN_GRAD_BYTES = 5450 * 4
+
+# MEASURED (ranks_bench, 2 ranks, quiet runs): SyncPlan::all_reduce with 25
+# MiB buckets 41.9-43.7 ms, raw calls in 25 MiB chunks 26.2-27.7 ms, for
+# 100 MB: the store's bucket copies cost about 0.158 ms per MB. With 1 MiB
+# buckets the two were equal (1.00-1.02x): no measurable copy cost.
+COPY_S_PER_BYTE_25MIB = (42.6e-3 - 26.8e-3) / 100e6
+
+# MEASURED: the consistency digest hashed 0.05-0.09 ms per MB.
+DIGEST_S_PER_BYTE = 0.09e-3 / 1e6
+
+# MEASURED (mpi-notes.md, 2 ranks on one host, shared memory): an all-reduce
+# of 4 KiB took 8.3 us, of 16 MiB 14.0 ms. With the ring formula at N = 2
+# (T = S/B + 2 alpha) that is alpha ~ 4 us and B ~ 1.2 GB/s.
+SHM_ALPHA = 4e-6
+SHM_BYTES_PER_S = 16 * 2**20 / 14.0e-3
+
+# ASSUMED: the links the issue asks about, and a per-message latency.
+LINKS = {"25 Gb/s": 25e9 / 8, "100 Gb/s": 100e9 / 8}
+ALPHA = 5e-6
+
+BUCKET = 25 * 2**20
+RANKS = [8, 64, 1024]
+
+
+# ----- the model ----------------------------------------------------------
+
+def ring_all_reduce(nbytes, n, bw, alpha, bucket=BUCKET):
+    """2(N-1)/N * bytes / bandwidth + 2(N-1) * latency per call (one call
+    per bucket)."""
+    calls = max(1, math.ceil(nbytes / bucket))
+    return 2 * (n - 1) / n * nbytes / bw + calls * 2 * (n - 1) * alpha
+
+
+def check(n, alpha):
+    """The plan's per-call check: one all-gather of 16 bytes per rank, taken
+    as ceil(log2 N) latencies (recursive doubling)."""
+    return math.ceil(math.log2(n)) * alpha if n > 1 else 0.0
+
+
+def rnn_update(n, bw, alpha, seqs_per_rank=16):
+    """One train_rnn update with `seqs_per_rank` sequences on each rank."""
+    compute = seqs_per_rank * SECONDS_PER_SEQUENCE
+    comm = ring_all_reduce(RNN_GRAD_BYTES, n, bw, alpha)
+    return compute, comm + check(n, alpha)
+
+
+def ms(s):
+    return f"{s * 1e3:.2f} ms" if s < 0.1 else f"{s * 1e3:.0f} ms"
+
+
+def main():
+    compute, comm = rnn_update(2, SHM_BYTES_PER_S, SHM_ALPHA)
+    predicted = 16 * 20 * 2 / (compute + comm)
+    print("Calibration, train_rnn at 2 ranks on one host (shared memory):")
+    print()
+    print("| | steps/s |")
+    print("|---|---|")
+    print(f"| measured | {STEPS_PER_S_TWO:,.0f} |")
+    print(f"| predicted | {predicted:,.0f} |")
+    print()
+
+    print("train_rnn, 16 sequences per rank per update (predicted):")
+    print()
+    print("| ranks | link | compute | all-reduce + check | update | efficiency |")
+    print("|---|---|---|---|---|---|")
+    for n in RANKS:
+        for name, bw in LINKS.items():
+            compute, comm = rnn_update(n, bw, ALPHA)
+            print(f"| {n} | {name} | {ms(compute)} | {ms(comm)} | "
+                  f"{ms(compute + comm)} | {compute / (compute + comm):.0%} |")
+    print()
+
+    size = 1e9
+    print("1 GB of f32 gradients, 25 MiB buckets (predicted):")
+    print()
+    print("| ranks | link | ring all-reduce | bucket copies | check | store's share |")
+    print("|---|---|---|---|---|---|")
+    for n in RANKS:
+        for name, bw in LINKS.items():
+            ar = ring_all_reduce(size, n, bw, ALPHA)
+            copies = size * COPY_S_PER_BYTE_25MIB
+            chk = check(n, ALPHA)
+            share = (copies + chk) / (ar + copies + chk)
+            print(f"| {n} | {name} | {ms(ar)} | {ms(copies)} | {ms(chk)} | {share:.0%} |")
+    print()
+
+    print("Where the store's fixed cost per call (the check) falls under 1 % "
+          "of the all-reduce's bandwidth term, 2 S / B:")
+    print()
+    print("| ranks | link | gradient size |")
+    print("|---|---|---|")
+    for n in RANKS:
+        for name, bw in LINKS.items():
+            s = 100 * check(n, ALPHA) * bw / 2
+            print(f"| {n} | {name} | {s / 1e6:.1f} MB |")
+    print()
+    for name, bw in LINKS.items():
+        per_byte_link = 2 / bw
+        print(f"{name}: the link moves a byte of gradient in {per_byte_link * 1e9:.2f} ns "
+              f"(2/B); the 25 MiB bucket copies cost {COPY_S_PER_BYTE_25MIB * 1e9:.2f} ns, "
+              f"the digest {DIGEST_S_PER_BYTE * 1e9:.2f} ns.")
+
+
+if __name__ == "__main__":
+    main()
