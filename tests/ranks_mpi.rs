@@ -563,6 +563,114 @@ fn a_rank_whose_tree_changed_stops_every_rank_unchanged(world: &World) -> Check 
     Ok(())
 }
 
+/// Arguments every rank must pass alike, passed differently by the last
+/// rank: every rank gets the same `ArgumentsDiffer`, nothing hangs and
+/// nothing changes. A bucket of 0 bytes on one rank stops every rank.
+fn arguments_that_differ_stop_every_rank(world: &World) -> Check {
+    let (me, last, n) = (rank(world), size(world) - 1, size(world));
+    let odd = me == last && n > 1;
+    let mut failures = Vec::new();
+    let mut expect_differ =
+        |what: &str, got: Result<(), Error>, world: &World| -> Result<(), Error> {
+            let msg = got
+                .as_ref()
+                .err()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            let same = same_everywhere(world, &msg)?;
+            if n == 1 {
+                if got.is_err() {
+                    failures.push(format!("{what}: one rank: {msg}"));
+                }
+            } else if !matches!(got, Err(Error::ArgumentsDiffer { .. })) || !same {
+                failures.push(format!("{what}: {msg} (same on every rank: {same})"));
+            } else if !msg.contains(&format!("on rank {last}")) {
+                failures.push(format!("{what}: {msg} does not name rank {last}"));
+            }
+            Ok(())
+        };
+    let e = |x: Error| x.to_string();
+
+    // Bucket sizes.
+    let g = Grads::new(me, 5);
+    let bucket = if odd { 8 } else { 25 << 20 };
+    let got = SyncPlan::new(
+        world,
+        &g.tree,
+        g.scope,
+        &PlanOptions::new().bucket_bytes(bucket),
+    )
+    .map(drop);
+    expect_differ("bucket sizes", got, world).map_err(e)?;
+
+    // A broadcast's roots, and an all-reduce's reductions: nothing changes.
+    let mut m = Model::standard(|i| 10.0 * me as f64 + i as f64);
+    let before = m.values();
+    let mut plan = SyncPlan::new(world, &m.tree, m.scope, &PlanOptions::new()).map_err(e)?;
+    let root = if odd { 1 } else { 0 };
+    let got = plan.broadcast(world, &mut m.tree, root);
+    expect_differ("roots", got, world).map_err(e)?;
+    let mut g = Grads::new(me, 5);
+    let g_before = g.each();
+    let mut gplan = SyncPlan::new(world, &g.tree, g.scope, &PlanOptions::new()).map_err(e)?;
+    let op = if odd { Reduce::Mean } else { Reduce::Sum };
+    let got = gplan.all_reduce(world, &mut g.tree, op);
+    expect_differ("reductions", got, world).map_err(e)?;
+
+    // A save's roots: nobody saves.
+    let dir = shared_dir(world).map_err(e)?;
+    let path = dir.join("differ.safetensors");
+    let got = plan
+        .save_on_root(world, &m.tree, &path, root, &SaveOptions::new())
+        .map(drop);
+    expect_differ("save roots", got, world).map_err(e)?;
+    world.barrier().map_err(e)?;
+    let saved = path.exists();
+    world.barrier().map_err(e)?;
+    if me == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    // A bucket of 0 bytes on one rank.
+    let zero = if odd { 0 } else { 25 << 20 };
+    let got = SyncPlan::new(
+        world,
+        &g.tree,
+        g.scope,
+        &PlanOptions::new().bucket_bytes(zero),
+    );
+    let zero_ok = match (&got, odd) {
+        (Err(Error::BadOption { .. }), true) => true,
+        (Err(Error::PeerFailed { ranks, .. }), false) => n > 1 && ranks == &[last],
+        (Ok(_), false) => n == 1,
+        _ => false,
+    };
+
+    ensure!(world, failures.is_empty(), "{failures:?}");
+    ensure!(
+        world,
+        m.values() == before,
+        "a refused broadcast changed values"
+    );
+    ensure!(
+        world,
+        g.each() == g_before,
+        "a refused all-reduce changed values"
+    );
+    ensure!(
+        world,
+        n == 1 || !saved,
+        "a refused save wrote {}",
+        path.display()
+    );
+    ensure!(
+        world,
+        zero_ok,
+        "a bucket of 0 bytes on rank {last}: {got:?}"
+    );
+    Ok(())
+}
+
 /// A path every rank uses: rank 0 makes a directory and broadcasts its
 /// name.
 fn shared_dir(world: &World) -> Result<PathBuf, Error> {
@@ -794,6 +902,10 @@ fn main() -> ExitCode {
         (
             "train_rnn_across_ranks_matches_one_process",
             train_rnn_across_ranks_matches_one_process,
+        ),
+        (
+            "arguments_that_differ_stop_every_rank",
+            arguments_that_differ_stop_every_rank,
         ),
     ];
     let (mut passed, mut failed) = (0, 0);

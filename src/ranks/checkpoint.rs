@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::collective::{Collective, DIGEST_BYTES, check_root};
 use super::error::Error;
-use super::plan::{SyncPlan, settle};
+use super::plan::{Same, SyncPlan, settle, show_count};
 use crate::ScopeTree;
 use crate::checkpoint::{
     self, LoadOptions, LoadReport, Mismatch, SaveOptions, SaveReport, Separator,
@@ -17,16 +17,18 @@ impl SyncPlan {
     /// place); the other ranks wait until it is done. A collective call: when
     /// it returns `Ok` on any rank, the file is whole at `path` (on a
     /// filesystem every rank sees, for several hosts). O(subtree + bytes
-    /// written) on the root, plus one all-gather of 16 bytes per rank.
+    /// written) on the root, plus two all-gathers of 16 bytes per rank.
     ///
     /// The file holds exactly the plan's variables: `opts`' separator and
     /// filter are replaced by `/` and the plan's filter. Returns the save's
     /// report on the root, `None` on the other ranks.
     ///
     /// # Errors
-    /// On every rank: [`Error::BadRank`] when `root` is not a rank. On the
-    /// root, the save's error ([`Error::Checkpoint`]), and on the others
-    /// [`Error::PeerFailed`] naming the root; nothing is left at `path` then.
+    /// On every rank: [`Error::ArgumentsDiffer`] when the ranks pass
+    /// different roots (nothing is saved then). On a rank that passes a
+    /// `root` outside the world, [`Error::BadRank`]. On the root, the save's
+    /// error ([`Error::Checkpoint`]), and on the others [`Error::PeerFailed`]
+    /// naming the root; nothing is left at `path` then.
     ///
     /// ```
     /// # let dir = std::env::temp_dir().join(format!("st-doc-ranks-save-{}", std::process::id()));
@@ -48,7 +50,17 @@ impl SyncPlan {
         root: usize,
         opts: &SaveOptions,
     ) -> Result<Option<SaveReport>, Error> {
-        check_root(root, comm.size())?;
+        let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
+        // Every rank agrees on the root before one of them saves.
+        let same: Same = ("roots", root as u64, show_count);
+        let checked = check_root(root, comm.size());
+        settle(
+            comm,
+            &mut gathered,
+            "saving the checkpoint",
+            checked,
+            Some(same),
+        )?;
         let local = if comm.rank() == root {
             // The file holds exactly the plan's variables, under the keys
             // of its manifest.
@@ -61,8 +73,7 @@ impl SyncPlan {
         } else {
             Ok(None)
         };
-        let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
-        settle(comm, &mut gathered, "saving the checkpoint", local)
+        settle(comm, &mut gathered, "saving the checkpoint", local, None)
     }
 
     /// Every rank loads `path` into the plan's scope, strictly (every name,
@@ -112,13 +123,19 @@ impl SyncPlan {
         let path = path.as_ref();
         let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
         let checked = self.check_file(path);
-        settle(comm, &mut gathered, "checking the checkpoint", checked)?;
+        settle(
+            comm,
+            &mut gathered,
+            "checking the checkpoint",
+            checked,
+            None,
+        )?;
         let mut opts = LoadOptions::new();
         if let Some(keep) = self.filter().cloned() {
             opts = opts.filter(move |key| keep(key));
         }
         let loaded = checkpoint::load(tree, self.scope(), path, &opts).map_err(Error::from);
-        let report = settle(comm, &mut gathered, "loading the checkpoint", loaded)?;
+        let report = settle(comm, &mut gathered, "loading the checkpoint", loaded, None)?;
         self.check_consistency(comm, tree)?;
         Ok(report)
     }

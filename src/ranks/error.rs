@@ -122,6 +122,24 @@ pub enum Error {
         ranks: Vec<usize>,
     },
 
+    /// The ranks passed different values for an argument every rank must
+    /// pass alike (a plan's bucket size, a broadcast's or a save's root, an
+    /// all-reduce's [`Reduce`](super::Reduce)). MPI would hang or mix
+    /// buffers; every rank returns this same error instead, before sending
+    /// anything that depends on the argument.
+    #[error(
+        "{op}: ranks passed different {what}: {}; pass the same on every rank",
+        groups(sides)
+    )]
+    ArgumentsDiffer {
+        /// The call.
+        op: &'static str,
+        /// The argument.
+        what: &'static str,
+        /// Each value passed, and the ranks that passed it, ascending.
+        sides: Vec<(String, Vec<usize>)>,
+    },
+
     /// A rank number outside the world, or a world too large for the layer.
     #[error("rank {rank} is not in a world of {size} rank(s) ({what}); pass a rank below {size}")]
     BadRank {

@@ -265,9 +265,10 @@ fn cast_mut<F: Pod>(bytes: &mut [u8]) -> Result<&mut [F], Error> {
 ///   are bit-identical on every rank (parameters, every few steps).
 ///
 /// Every call first checks, on every rank, that the variables still hold
-/// the planned types and lengths, and the ranks exchange the outcome; so a
-/// rank whose tree changed makes every rank return an error instead of
-/// hanging in a collective with buffers of the wrong length.
+/// the planned types and lengths, and the ranks exchange the outcome with
+/// the arguments every rank must pass alike (bucket size, root, reduction);
+/// so a rank whose tree changed, or that passed another root, makes every
+/// rank return an error instead of hanging in a collective.
 ///
 /// Values are sent as their native bytes: ranks must share the byte order
 /// (every MPI cluster in practice does).
@@ -321,8 +322,9 @@ impl SyncPlan {
     ///
     /// # Errors
     /// On every rank: [`Error::Disagree`] when the ranks' manifests differ;
-    /// [`Error::BadOption`] for a bucket of 0 bytes. On the rank concerned
-    /// the manifest's errors ([`Error::Unsupported`], …) and on the others
+    /// [`Error::ArgumentsDiffer`] when they pass different bucket sizes. On
+    /// the rank concerned [`Error::BadOption`] for a bucket of 0 bytes and
+    /// the manifest's errors ([`Error::Unsupported`], …), and on the others
     /// [`Error::PeerFailed`]. Nothing changes.
     ///
     /// ```
@@ -375,15 +377,20 @@ impl SyncPlan {
         opts: &PlanOptions,
         bound: Result<Bound, Error>,
     ) -> Result<Self, Error> {
-        if opts.bucket_bytes == 0 {
-            return Err(Error::BadOption {
+        // A local error goes through the exchange, so that no rank waits for
+        // one that returned.
+        let bound = if opts.bucket_bytes == 0 {
+            Err(Error::BadOption {
                 reason: "a bucket of 0 bytes; pass at least one element's size \
                          (the default is 25 MiB)"
                     .into(),
-            });
-        }
+            })
+        } else {
+            bound
+        };
         let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
-        let bound = settle(comm, &mut gathered, "building the plan", bound)?;
+        let same: Same = ("bucket sizes", opts.bucket_bytes as u64, show_count);
+        let bound = settle(comm, &mut gathered, "building the plan", bound, Some(same))?;
         bound.manifest.agree(comm)?;
         let slots: Vec<Slot> = bound
             .vars
@@ -472,25 +479,28 @@ impl SyncPlan {
         comm: &C,
         tree: &ScopeTree,
         op: &'static str,
+        first: Result<(), Error>,
+        same: Same,
     ) -> Result<(), Error> {
-        let local = self
-            .slots
-            .iter()
-            .zip(self.manifest.entries())
-            .try_for_each(|(s, e)| match (s.access.bytes)(tree, s.id) {
-                Ok(b) if b.len() == s.nbytes => Ok(()),
-                Ok(b) => Err(Error::Changed {
-                    key: e.key.clone(),
-                    scope: self.manifest.scope().to_owned(),
-                    reason: format!("{} bytes, {} when planned", b.len(), s.nbytes),
-                }),
-                Err(err) => Err(Error::Changed {
-                    key: e.key.clone(),
-                    scope: self.manifest.scope().to_owned(),
-                    reason: err.to_string(),
-                }),
-            });
-        settle(comm, &mut self.gathered, op, local)
+        let local = first.and_then(|()| {
+            self.slots
+                .iter()
+                .zip(self.manifest.entries())
+                .try_for_each(|(s, e)| match (s.access.bytes)(tree, s.id) {
+                    Ok(b) if b.len() == s.nbytes => Ok(()),
+                    Ok(b) => Err(Error::Changed {
+                        key: e.key.clone(),
+                        scope: self.manifest.scope().to_owned(),
+                        reason: format!("{} bytes, {} when planned", b.len(), s.nbytes),
+                    }),
+                    Err(err) => Err(Error::Changed {
+                        key: e.key.clone(),
+                        scope: self.manifest.scope().to_owned(),
+                        reason: err.to_string(),
+                    }),
+                })
+        });
+        settle(comm, &mut self.gathered, op, local, Some(same))
     }
 
     /// Copies every variable's value on rank `root` to the same variable on
@@ -498,9 +508,11 @@ impl SyncPlan {
     /// collective call. O(bytes) per rank; allocates one bucket.
     ///
     /// # Errors
-    /// On every rank: [`Error::BadRank`] when `root` is not a rank. On a rank
-    /// whose tree changed since the plan, [`Error::Changed`], and on the
-    /// others [`Error::PeerFailed`]; nothing changes then.
+    /// On every rank: [`Error::ArgumentsDiffer`] when the ranks pass
+    /// different roots. On a rank that passes a `root` outside the world,
+    /// [`Error::BadRank`], and on a rank whose tree changed since the plan,
+    /// [`Error::Changed`]; on the others [`Error::PeerFailed`]. Nothing
+    /// changes then.
     ///
     /// ```
     /// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
@@ -518,8 +530,8 @@ impl SyncPlan {
         tree: &mut ScopeTree,
         root: usize,
     ) -> Result<(), Error> {
-        check_root(root, comm.size())?;
-        self.check_slots(comm, tree, "broadcast")?;
+        let same: Same = ("roots", root as u64, show_count);
+        self.check_slots(comm, tree, "broadcast", check_root(root, comm.size()), same)?;
         let buckets = Buckets::cut(
             self.slots.iter().map(|s| s.nbytes).enumerate(),
             self.byte_cap,
@@ -564,7 +576,8 @@ impl SyncPlan {
     /// # Errors
     /// On every rank: [`Error::Unsupported`] when the plan holds a variable
     /// that is neither `f32` nor `f64` (build the plan on the gradients'
-    /// scope). On a rank whose tree changed since the plan,
+    /// scope); [`Error::ArgumentsDiffer`] when the ranks pass different
+    /// `op`s. On a rank whose tree changed since the plan,
     /// [`Error::Changed`], and on the others [`Error::PeerFailed`]; nothing
     /// changes then.
     ///
@@ -592,7 +605,12 @@ impl SyncPlan {
                 wanted: FLOATS,
             });
         }
-        self.check_slots(comm, tree, "all-reduce")?;
+        let code = match op {
+            Reduce::Sum => 0,
+            Reduce::Mean => 1,
+        };
+        let same: Same = ("reductions", code, show_reduce);
+        self.check_slots(comm, tree, "all-reduce", Ok(()), same)?;
         self.f32s.reduce(comm, tree, &self.slots, op)?;
         self.f64s.reduce(comm, tree, &self.slots, op)
     }
@@ -667,7 +685,7 @@ impl SyncPlan {
         tree: &ScopeTree,
     ) -> Result<(), Error> {
         let local = self.digest(tree);
-        let mine = settle(comm, &mut self.gathered, "consistency check", local)?;
+        let mine = settle(comm, &mut self.gathered, "consistency check", local, None)?;
         comm.all_gather_digest(&mine, &mut self.gathered)?;
         if self.gathered.iter().all(|d| *d == mine) {
             return Ok(());
@@ -720,27 +738,167 @@ impl SyncPlan {
     }
 }
 
+/// An argument every rank must pass alike: its name, its value here, and
+/// how to show a value.
+pub(crate) type Same = (&'static str, u64, fn(u64) -> String);
+
 /// Tells every rank whether `local` failed here, and learns where it failed
 /// elsewhere: this rank's error if it failed, else [`Error::PeerFailed`]
-/// naming the ranks that failed, else the value. A collective call (one
-/// all-gather of 16 bytes per rank). Allocates only on failure.
+/// naming the ranks that failed, else [`Error::ArgumentsDiffer`] when the
+/// ranks passed different values of `same`, else the value. A collective
+/// call (one all-gather of 16 bytes per rank). Allocates only on failure.
 pub(crate) fn settle<C: Collective + ?Sized, T>(
     comm: &C,
     gathered: &mut [Digest],
     op: &'static str,
     local: Result<T, Error>,
+    same: Option<Same>,
 ) -> Result<T, Error> {
     let mut mine = [0_u8; DIGEST_BYTES];
     mine[0] = u8::from(local.is_err());
+    if let Some((_, v, _)) = same {
+        mine[8..].copy_from_slice(&v.to_le_bytes());
+    }
     comm.all_gather_digest(&mine, gathered)?;
     let value = local?;
-    if gathered.iter().all(|d| d[0] == 0) {
-        return Ok(value);
+    if gathered.iter().any(|d| d[0] != 0) {
+        return Err(Error::PeerFailed {
+            op,
+            ranks: (0..gathered.len())
+                .filter(|&r| gathered[r][0] != 0)
+                .collect(),
+        });
     }
-    Err(Error::PeerFailed {
-        op,
-        ranks: (0..gathered.len())
-            .filter(|&r| gathered[r][0] != 0)
-            .collect(),
-    })
+    if let Some((what, _, show)) = same {
+        if gathered.iter().any(|d| d[8..] != mine[8..]) {
+            let mut sides: Vec<(u64, Vec<usize>)> = Vec::new();
+            for (r, d) in gathered.iter().enumerate() {
+                let v = u64::from_le_bytes(d[8..].try_into().unwrap_or_default());
+                match sides.iter_mut().find(|(x, _)| *x == v) {
+                    Some((_, ranks)) => ranks.push(r),
+                    None => sides.push((v, vec![r])),
+                }
+            }
+            return Err(Error::ArgumentsDiffer {
+                op,
+                what,
+                sides: sides.into_iter().map(|(v, r)| (show(v), r)).collect(),
+            });
+        }
+    }
+    Ok(value)
+}
+
+/// A count as a message shows it.
+pub(crate) fn show_count(v: u64) -> String {
+    v.to_string()
+}
+
+/// A [`Reduce`] sent as a number, as a message shows it.
+fn show_reduce(v: u64) -> String {
+    match v {
+        0 => "Reduce::Sum".to_owned(),
+        1 => "Reduce::Mean".to_owned(),
+        _ => format!("an unknown reduction ({v})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rank `rank` of a world whose other ranks' all-gather contributions
+    /// are `theirs` (this rank's slot is filled with what it sends).
+    struct Scripted {
+        rank: usize,
+        theirs: Vec<Digest>,
+    }
+
+    impl Collective for Scripted {
+        fn rank(&self) -> usize {
+            self.rank
+        }
+        fn size(&self) -> usize {
+            self.theirs.len()
+        }
+        fn all_reduce_sum_f32(&self, _: &[f32], _: &mut [f32]) -> Result<(), Error> {
+            unreachable!("settle only all-gathers")
+        }
+        fn all_reduce_sum_f64(&self, _: &[f64], _: &mut [f64]) -> Result<(), Error> {
+            unreachable!("settle only all-gathers")
+        }
+        fn broadcast_bytes(&self, _: usize, _: &mut [u8]) -> Result<(), Error> {
+            unreachable!("settle only all-gathers")
+        }
+        fn all_gather_digest(&self, mine: &Digest, all: &mut [Digest]) -> Result<(), Error> {
+            all.copy_from_slice(&self.theirs);
+            all[self.rank] = *mine;
+            Ok(())
+        }
+        fn barrier(&self) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    fn sent(failed: bool, value: u64) -> Digest {
+        let mut d = [0_u8; DIGEST_BYTES];
+        d[0] = u8::from(failed);
+        d[8..].copy_from_slice(&value.to_le_bytes());
+        d
+    }
+
+    #[test]
+    fn differing_arguments_name_who_passed_what_on_every_rank() {
+        let theirs = vec![
+            sent(false, 0),
+            sent(false, 0),
+            sent(false, 1),
+            sent(false, 0),
+        ];
+        let mut gathered = vec![[0_u8; DIGEST_BYTES]; 4];
+        let mut messages = Vec::new();
+        for (rank, mine) in [(0, 0), (2, 1)] {
+            let comm = Scripted {
+                rank,
+                theirs: theirs.clone(),
+            };
+            let same: Same = ("roots", mine, show_count);
+            let err = settle(&comm, &mut gathered, "broadcast", Ok(()), Some(same)).unwrap_err();
+            messages.push(err.to_string());
+        }
+        assert_eq!(messages[0], messages[1]);
+        assert_eq!(
+            messages[0],
+            "broadcast: ranks passed different roots: 0 on ranks 0-1, 3; 1 on rank 2; \
+             pass the same on every rank"
+        );
+    }
+
+    #[test]
+    fn a_failure_elsewhere_comes_before_differing_arguments() {
+        let theirs = vec![sent(false, 0), sent(true, 1)];
+        let mut gathered = vec![[0_u8; DIGEST_BYTES]; 2];
+        let comm = Scripted { rank: 0, theirs };
+        let same: Same = ("reductions", 0, show_reduce);
+        let err = settle(&comm, &mut gathered, "all-reduce", Ok(()), Some(same)).unwrap_err();
+        assert!(matches!(err, Error::PeerFailed { ref ranks, .. } if ranks == &[1]));
+        assert_eq!(
+            err.to_string(),
+            "all-reduce failed on rank 1 (see the error there); this rank stopped with it and \
+             changed nothing"
+        );
+        let theirs = vec![sent(false, 0), sent(false, 1)];
+        let comm = Scripted { rank: 0, theirs };
+        let err = settle(&comm, &mut gathered, "all-reduce", Ok(()), Some(same)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("Reduce::Sum on rank 0; Reduce::Mean on rank 1")
+        );
+        // Agreeing ranks pass.
+        let comm = Scripted {
+            rank: 0,
+            theirs: vec![sent(false, 0), sent(false, 0)],
+        };
+        assert!(settle(&comm, &mut gathered, "all-reduce", Ok(7), Some(same)).is_ok());
+    }
 }
