@@ -437,3 +437,8 @@ pub(crate) fn walk(
         unnamed_scopes,
     })
 }
+
+/// The code blocks of `docs/checkpoints.md`, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/checkpoints.md")]
+struct CheckpointDocDoctests;
