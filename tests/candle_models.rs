@@ -6,9 +6,9 @@
 //! `model.safetensors.index.json`. Each model is built twice, on candle's
 //! `VarBuilder::from_mmaped_safetensors` over the shards and on a sealed
 //! store loaded strictly from the index, and the logits must agree bit for
-//! bit (also with a bf16 shard, converted on load); the store must have
-//! handed out every tensor of the checkpoint but the rotary buffer that
-//! candle's llama never asks for. A sealed store lacking one tensor fails
+//! bit (also with f16 and bf16 shards, converted on load); the store must
+//! have handed out every tensor of the checkpoint but the rotary buffer
+//! that candle's llama never asks for. A sealed store lacking one tensor fails
 //! the build with an error (or, in loaders that unwrap the builder's error,
 //! a panic) naming it. `llama2_c` trained from one initial file on a
 //! `VarMap` and on the store gives bit-identical losses and parameters for
@@ -98,9 +98,9 @@ struct Checkpoint {
 
 impl Checkpoint {
     /// Splits `tensors` (in name order) into `n` shards of consecutive
-    /// names, as `transformers` does; the shards listed in `bf16` store
-    /// their tensors in bf16.
-    fn write(tensors: &[(String, Tensor)], n: usize, bf16: &[usize]) -> Res<Self> {
+    /// names, as `transformers` does; shard `k` stores its tensors in
+    /// `dtypes[k]` (F32 past the end).
+    fn write(tensors: &[(String, Tensor)], n: usize, dtypes: &[DType]) -> Res<Self> {
         let dir = tempfile::tempdir()?;
         let mut sorted: Vec<&(String, Tensor)> = tensors.iter().collect();
         sorted.sort_by(|a, b| a.0.cmp(&b.0));
@@ -112,11 +112,7 @@ impl Checkpoint {
             let file = format!("model-{:05}-of-{n:05}.safetensors", k + 1);
             let mut shard = HashMap::new();
             for (name, t) in chunk {
-                let t = if bf16.contains(&k) {
-                    t.to_dtype(DType::BF16)?
-                } else {
-                    t.clone()
-                };
+                let t = t.to_dtype(dtypes.get(k).copied().unwrap_or(DType::F32))?;
                 total_size += t.elem_count() * t.dtype().size_in_bytes();
                 weight_map.insert(name.clone(), file.clone().into());
                 shard.insert(name.clone(), t);
@@ -297,18 +293,19 @@ fn llama_logits_match_candles_loader() -> R {
     Ok(())
 }
 
-/// One shard in bf16. candle's loader converts it to the F32 the builder
-/// asks for. The store converts it on load, strictly, either into the
-/// variables of a model already built (`DtypePolicy::Convert`) or into the
-/// variables a load before the build creates (`create_floats_as`).
+/// One shard in f16 and one in bf16. candle's loader converts them to the
+/// F32 the builder asks for. The store converts them on load, strictly,
+/// either into the variables of a model already built
+/// (`DtypePolicy::Convert`) or into the variables a load before the build
+/// creates (`create_floats_as`).
 #[test]
-fn llama_logits_match_with_a_bf16_shard_converted_on_load() -> R {
+fn llama_logits_match_with_f16_and_bf16_shards_converted_on_load() -> R {
     let weights = llama_weights()?;
-    let ckpt = Checkpoint::write(&weights, 3, &[1])?;
+    let ckpt = Checkpoint::write(&weights, 3, &[DType::F16, DType::BF16])?;
     let theirs = bits(&llama_logits(ckpt.candle_vb()?)?)?;
 
-    // The values of the bf16 shard differ from the F32 originals: the
-    // comparisons below would catch a load that skipped the conversion.
+    // The values of the half shards differ from the F32 originals: the
+    // comparisons below see which values the store holds.
     let f32_ckpt = Checkpoint::write(&weights, 3, &[])?;
     assert_ne!(theirs, bits(&llama_logits(f32_ckpt.candle_vb()?)?)?);
 
@@ -346,23 +343,23 @@ fn llama_logits_match_with_a_bf16_shard_converted_on_load() -> R {
         bits(&llama_logits(store.var_builder(DType::F32, &CPU))?)?
     );
 
-    // Without the conversion the created variable keeps bf16, and the F32
-    // build says so, naming a tensor of that shard.
+    // Without the conversion a created variable keeps the file's dtype,
+    // and the F32 build says so, naming a tensor of a half shard.
     let store = CandleStore::new();
     store.load(ckpt.index(), &LoadOptions::new().create(true))?;
     store.seal();
-    let bf16: Vec<String> = store
+    let half: Vec<(String, DType)> = store
         .named_vars()?
         .into_iter()
-        .filter(|(_, v)| v.dtype() == DType::BF16)
-        .map(|(k, _)| k)
+        .filter(|(_, v)| v.dtype() != DType::F32)
+        .map(|(k, v)| (k, v.dtype()))
         .collect();
-    assert_eq!(bf16.len(), weights.len().div_ceil(3));
+    assert_eq!(half.len(), 2 * weights.len().div_ceil(3));
     let failure = catch_unwind(AssertUnwindSafe(|| {
         llama_logits(store.var_builder(DType::F32, &CPU)).map(drop)
     }));
     let msg = match failure {
-        Ok(Ok(())) => panic!("an F32 build over bf16 variables"),
+        Ok(Ok(())) => panic!("an F32 build over half variables"),
         Ok(Err(e)) => e.to_string(),
         Err(payload) => payload
             .downcast_ref::<String>()
@@ -370,8 +367,9 @@ fn llama_logits_match_with_a_bf16_shard_converted_on_load() -> R {
             .unwrap_or_default(),
     };
     assert!(
-        bf16.iter()
-            .any(|n| msg.contains(&format!("variable `{n}` holds BF16, but F32 was asked for"))),
+        half.iter().any(|(n, d)| msg.contains(&format!(
+            "variable `{n}` holds {d:?}, but F32 was asked for"
+        ))),
         "{msg}"
     );
     Ok(())
