@@ -35,12 +35,18 @@
 //! `llama2_c` only `lm_head`, after the last norm, ever gets a gradient; the
 //! rest of the network stays at its random initialisation, a random-feature
 //! model under a trained head, whatever store holds the parameters (a
-//! `VarMap` too). The run prints which tensors changed, and the held-out
-//! loss stays near the unigram entropy (95-99 % of it after 300 steps in
-//! two runs; candle's initialisation cannot be seeded).
+//! `VarMap` too). The run prints which tensors changed. A trained head over
+//! features that carry the current byte can learn at best about the bigram
+//! statistics: the text's bigram entropy is 2.365 nats/byte against a
+//! unigram entropy of 2.935 (80.6 %). The held-out loss reached 2.578 and
+//! 2.598 (88–89 % of the unigram entropy) in two runs of 300 steps, and
+//! 2.598–2.629 (89–90 %) in three runs of the 100 steps CI runs (candle's
+//! initialisation cannot be seeded, so runs differ); the "well below the unigram entropy" needs gradients
+//! through the norms, which candle 0.11 does not give.
 //!
 //! The run fails (exit status 1) if the held-out loss does not fall below
-//! half its initial value, or if any bit-for-bit check fails.
+//! the unigram entropy and below half its initial value, or if any
+//! bit-for-bit check fails.
 
 use std::collections::HashMap;
 use std::error::Error;
@@ -121,12 +127,16 @@ impl SplitMix {
     }
 }
 
-/// The model: byte-level, 4 layers of width 64.
+/// The model: byte-level, 2 layers of width 128. Only the head trains
+/// (see the file's comment), so the width serves the head's features, and
+/// fewer random layers keep more of the current byte in them: 128 × 2
+/// reached 88–89 % of the unigram entropy in 300 steps where 64 × 4
+/// reached 91–99 %.
 fn config() -> Config {
     Config {
-        dim: 64,
-        hidden_dim: 172,
-        n_layers: 4,
+        dim: 128,
+        hidden_dim: 344,
+        n_layers: 2,
         n_heads: 4,
         n_kv_heads: 4,
         vocab_size: 256,
@@ -368,8 +378,8 @@ fn main() -> Res<()> {
         changed(&initial, &snapshot(&store)?)
     );
     check(
-        trained_loss < 0.5 * start,
-        "the held-out loss falls below half its initial value",
+        trained_loss < 0.5 * start && trained_loss < entropy,
+        "the held-out loss falls below half its initial value and below the unigram entropy",
         &mut failures,
     );
 
