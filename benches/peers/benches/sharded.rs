@@ -33,7 +33,6 @@ use scopetree::checkpoint::LoadOptions;
 #[path = "../support/llama_1g.rs"]
 mod llama_1g;
 #[path = "../../support/timing.rs"]
-#[allow(dead_code)]
 mod timing;
 use timing::interleaved_timed;
 
