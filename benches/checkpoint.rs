@@ -22,6 +22,12 @@
 //!   dropped: the allocation and page-fault pattern of `rollback(true)`
 //!   (the like-with-like baseline for `load_rollback`).
 //!
+//! - `load_sharded`: the same tree saved as a Hugging Face sharded
+//!   checkpoint in 4 shards (`checkpoint::save_sharded`), loaded strictly
+//!   from its directory into the built tree; `raw_read_shards_into`: the 4
+//!   shard files read whole with `read_exact` into 4 buffers allocated once
+//!   (the same bytes, raw; issue 22's goal: at least 0.8x).
+//!
 //! Size: `SCOPETREE_CKPT_MIB` MiB in all (default 1024). Under
 //! `cargo test --benches` (criterion's test mode: no `--bench` argument)
 //! each benchmark runs once on 8 MiB, so the smoke run stays fast.
@@ -89,6 +95,12 @@ fn bench(c: &mut Criterion) {
     // Both files exist before any benchmark, so a filter may run the reads alone.
     checkpoint::save(&tree, tree.root(), &st, &SaveOptions::new()).unwrap();
     raw_write(&tree, &vars, &raw);
+    let sharded = dir.join("sharded");
+    let shard_opts = SaveOptions::new().max_shard_size(bytes as u64 / 4);
+    let shards = checkpoint::save_sharded(&tree, tree.root(), &sharded, &shard_opts)
+        .unwrap()
+        .shards;
+    assert_eq!(shards.len(), 4);
 
     let mut g = c.benchmark_group(format!("checkpoint_{mib}MiB_{TENSORS}_f32"));
     g.sample_size(10)
@@ -119,6 +131,22 @@ fn bench(c: &mut Criterion) {
     let staged = LoadOptions::new().rollback(true);
     g.bench_function("load_rollback", |b| {
         b.iter(|| checkpoint::load(&mut tree, root, &st, &staged).unwrap())
+    });
+    g.bench_function("load_sharded", |b| {
+        b.iter(|| checkpoint::load(&mut tree, root, &sharded, &LoadOptions::new()).unwrap())
+    });
+    let shard_paths: Vec<_> = shards.iter().map(|s| sharded.join(s)).collect();
+    let mut shard_bufs: Vec<Vec<u8>> = shard_paths
+        .iter()
+        .map(|p| vec![0_u8; std::fs::metadata(p).unwrap().len() as usize])
+        .collect();
+    g.bench_function("raw_read_shards_into", |b| {
+        b.iter(|| {
+            for (p, buf) in shard_paths.iter().zip(&mut shard_bufs) {
+                std::fs::File::open(p).unwrap().read_exact(buf).unwrap();
+            }
+            black_box(&shard_bufs);
+        })
     });
     g.bench_function("raw_read", |b| {
         b.iter(|| black_box(std::fs::read(&raw).unwrap()))

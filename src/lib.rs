@@ -53,15 +53,17 @@
 //!
 //! See `docs/design.md` for the arena, handles, invariants and complexities.
 
-#![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod arena;
 #[cfg(feature = "candle")]
+#[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
 pub mod candle;
 #[cfg(feature = "safetensors")]
+#[cfg_attr(docsrs, doc(cfg(feature = "safetensors")))]
 pub mod checkpoint;
 pub mod diagnostics;
 mod dump;

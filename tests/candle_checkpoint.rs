@@ -396,12 +396,14 @@ fn assert_mismatch(
             missing: m,
             unexpected: u,
             mismatched: x,
+            unassigned: a,
         }) => {
             let file = path.file_name().and_then(|f| f.to_str()).expect("a name");
             assert!(p.ends_with(file), "{p}");
             assert_eq!(m, missing);
             assert_eq!(u, unexpected);
             assert_eq!(x, mismatched);
+            assert!(a.is_empty(), "a single file assigns every tensor: {a:?}");
         }
         other => panic!("expected Mismatch, got {other:?}"),
     }

@@ -1,6 +1,7 @@
 //! Checkpoints against the reference implementation: Python's
-//! `safetensors.numpy`. Ignored by default (they need Python); `.ci/run`
-//! installs the packages and runs them with
+//! `safetensors.numpy`, single files and sharded Hugging Face checkpoints
+//! with bf16 tensors (numpy's bf16 from `ml_dtypes`). Ignored by default
+//! (they need Python); `.ci/run` installs the packages and runs them with
 //! `cargo test --release --test checkpoint_python -- --ignored`.
 //! When they run, a missing Python or package fails with how to install it.
 
@@ -11,7 +12,7 @@ use scopetree::checkpoint::{self, LoadOptions, SaveOptions, Separator, Tensor};
 use scopetree::{ScopeTree, VarId};
 use serde_json::Value;
 
-const HOW: &str = "install them with `pip install safetensors numpy` \
+const HOW: &str = "install them with `pip install safetensors numpy ml_dtypes` \
                    (Python 3 must be on PATH as `python3`)";
 
 /// Runs a Python script with arguments; returns its stdout. Panics, saying
@@ -220,4 +221,177 @@ fn scopetree_reads_what_python_writes() {
         &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     );
     assert_eq!(t.get::<Vec<u16>>(b).unwrap(), &[7, 8, 9]);
+}
+
+// Sharded checkpoints in the Hugging Face layout, with bf16 tensors (numpy
+// has bf16 through `ml_dtypes`, which `.ci/run` installs).
+
+/// Writes a two-shard Hugging Face checkpoint into `sys.argv[1]`: bf16
+/// tensors (and one f32) from `safetensors.numpy.save_file`, and the
+/// index; prints each tensor's dtype, shape and raw little-endian bytes.
+const WRITE_SHARDED: &str = r#"
+import json, os, sys
+import numpy as np
+import ml_dtypes
+from safetensors.numpy import save_file
+d = sys.argv[1]
+def vals(n, k):
+    return (np.arange(n, dtype=np.float32) * 0.37 * k - 1.0)
+shards = {
+    "model-00001-of-00002.safetensors": {
+        "model.embed_tokens.weight": vals(32, 1).reshape(8, 4).astype(ml_dtypes.bfloat16),
+        "model.layers.0.mlp.up_proj.weight": vals(16, 2).reshape(4, 4).astype(ml_dtypes.bfloat16),
+    },
+    "model-00002-of-00002.safetensors": {
+        "lm_head.weight": vals(32, 3).reshape(8, 4).astype(ml_dtypes.bfloat16),
+        "model.norm.weight": vals(4, 4),
+    },
+}
+weight_map, total, out = {}, 0, {}
+for name, tensors in shards.items():
+    save_file(tensors, os.path.join(d, name), metadata={"format": "pt"})
+    for k, a in tensors.items():
+        weight_map[k] = name
+        total += a.nbytes
+        out[k] = [str(a.dtype), list(a.shape), a.tobytes().hex()]
+with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+    json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
+print(json.dumps(out))
+"#;
+
+/// Reads the sharded checkpoint in `sys.argv[1]` as the Hugging Face
+/// tools do: the index, then each shard with `safetensors.numpy`, checking
+/// that each shard holds exactly the names the index gives it and has
+/// `format` metadata; prints every tensor as in `WRITE_SHARDED`.
+const READ_SHARDED: &str = r#"
+import json, os, sys
+import numpy as np
+import ml_dtypes
+from safetensors import safe_open
+d = sys.argv[1]
+index = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+out, total = {}, 0
+for shard in sorted(set(index["weight_map"].values())):
+    with safe_open(os.path.join(d, shard), framework="numpy") as f:
+        assert f.metadata()["format"] == "pt", f.metadata()
+        names = sorted(f.keys())
+        assert names == sorted(k for k, v in index["weight_map"].items() if v == shard), (shard, names)
+        for k in names:
+            a = f.get_tensor(k)
+            total += a.nbytes
+            out[k] = [str(a.dtype), list(a.shape), a.tobytes().hex()]
+assert total == index["metadata"]["total_size"], (total, index["metadata"])
+print(json.dumps(out))
+"#;
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+#[test]
+#[ignore = "needs python3 with safetensors, numpy and ml_dtypes: pip install safetensors numpy ml_dtypes; run with cargo test --release --test checkpoint_python -- --ignored"]
+fn scopetree_loads_a_sharded_bf16_checkpoint_python_writes() {
+    use half::bf16;
+    use scopetree::checkpoint::FloatDtype;
+    let d = tempfile::tempdir().unwrap();
+    let out = python(WRITE_SHARDED, &[d.path().to_str().unwrap()]);
+    let written: serde_json::Map<String, Value> =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}; {HOW}"));
+
+    // Into an empty tree, as f32: each value is its bf16 widened.
+    let mut t = ScopeTree::new();
+    let root = t.root();
+    let opts = LoadOptions::new()
+        .separator(Separator::Dot)
+        .create(true)
+        .create_floats_as(FloatDtype::F32);
+    let r = checkpoint::load(&mut t, root, d.path(), &opts).unwrap();
+    assert_eq!(r.created.len(), 4);
+    for (key, entry) in &written {
+        let path: Vec<&str> = key.split('.').collect();
+        let got = t.get::<Vec<f32>>(find(&t, &path)).unwrap();
+        let bytes = unhex(entry[2].as_str().unwrap());
+        let want: Vec<f32> = match entry[0].as_str().unwrap() {
+            "bfloat16" => bytes
+                .chunks_exact(2)
+                .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            "float32" => bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
+            other => panic!("{key}: dtype {other}"),
+        };
+        assert_eq!(got, &want, "{key}");
+    }
+
+    // Into the same names held as bf16, strictly: the very bytes.
+    let mut exact = ScopeTree::new();
+    let root = exact.root();
+    let opts = LoadOptions::new().separator(Separator::Dot).create(true);
+    checkpoint::load(
+        &mut exact,
+        root,
+        d.path().join("model.safetensors.index.json"),
+        &opts,
+    )
+    .unwrap();
+    let lm = exact
+        .get::<Vec<bf16>>(find(&exact, &["lm_head", "weight"]))
+        .unwrap();
+    let raw: Vec<u8> = lm.iter().flat_map(|x| x.to_le_bytes()).collect();
+    assert_eq!(hex(&raw), written["lm_head.weight"][2].as_str().unwrap());
+}
+
+#[test]
+#[ignore = "needs python3 with safetensors, numpy and ml_dtypes: pip install safetensors numpy ml_dtypes; run with cargo test --release --test checkpoint_python -- --ignored"]
+fn python_reads_a_sharded_bf16_save_of_scopetree() {
+    use half::bf16;
+    use scopetree::checkpoint::FloatDtype;
+    let mut t = ScopeTree::new();
+    let root = t.root();
+    let model = t.new_named_scope(root, "model").unwrap();
+    let mut want = Vec::new();
+    for l in 0..3 {
+        let layer = t.new_named_scope(model, format!("layer_{l}")).unwrap();
+        let w = t.var(layer, "weight").unwrap();
+        let vals: Vec<f32> = (0..64)
+            .map(|i| (i as f32 - 20.0) * 0.013 * (l + 1) as f32)
+            .collect();
+        want.push((format!("model.layer_{l}.weight"), "bfloat16", vals.clone()));
+        t.set(w, Tensor::new(vec![8, 8], vals).unwrap()).unwrap();
+    }
+    let steps = t.var(root, "steps").unwrap();
+    t.set(steps, vec![7_i64, -1]).unwrap();
+    let d = tempfile::tempdir().unwrap();
+    let opts = SaveOptions::new()
+        .separator(Separator::Dot)
+        .max_shard_size(200)
+        .floats_as(FloatDtype::BF16);
+    let r = checkpoint::save_sharded(&t, root, d.path(), &opts).unwrap();
+    assert!(r.shards.len() >= 2, "{:?}", r.shards);
+
+    let out = python(READ_SHARDED, &[d.path().to_str().unwrap()]);
+    let got: serde_json::Map<String, Value> =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}; {HOW}"));
+    assert_eq!(got.len(), 4, "{out}");
+    for (key, np, vals) in &want {
+        let bytes: Vec<u8> = vals
+            .iter()
+            .flat_map(|&v| bf16::from_f32(v).to_le_bytes())
+            .collect();
+        assert_eq!(
+            got[key],
+            serde_json::json!([np, [8, 8], hex(&bytes)]),
+            "{key}"
+        );
+    }
+    let steps_bytes: Vec<u8> = [7_i64, -1].iter().flat_map(|v| v.to_le_bytes()).collect();
+    assert_eq!(
+        got["steps"],
+        serde_json::json!(["int64", [2], hex(&steps_bytes)])
+    );
 }

@@ -631,9 +631,55 @@ impl CandleStore {
         Ok(checkpoint::save_store(&inner.store, path, &opts)?)
     }
 
+    /// Saves every variable as a sharded checkpoint in the Hugging Face
+    /// layout into the directory `dir`, with candle's dotted names:
+    /// `model-0000k-of-0000n.safetensors` shards and
+    /// `model.safetensors.index.json`, as
+    /// [`checkpoint::save_sharded`] writes them. `opts` sets the largest
+    /// shard ([`SaveOptions::max_shard_size`]), the dtype floats are
+    /// written in ([`SaveOptions::floats_as`], e.g. bf16 to publish), the
+    /// keys kept ([`SaveOptions::filter`], e.g. only the trained tensors)
+    /// and the metadata; its separator is ignored (always `.`). candle's
+    /// `VarBuilder::from_mmaped_safetensors` reads the shards, and
+    /// [`load`](Self::load) reads the index or the directory. O(variables
+    /// × depth + bytes written).
+    ///
+    /// # Errors
+    /// As [`save`](Self::save); [`Error::Checkpoint`] if `dir` cannot be
+    /// made or a shard or the index cannot be written.
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("st-doc-css-{}", std::process::id()));
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, checkpoint::{LoadOptions, SaveOptions}};
+    /// let store = CandleStore::new();
+    /// candle_nn::linear(16, 16, store.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
+    /// let report = store.save_sharded(&dir, &SaveOptions::new().max_shard_size(512))?;
+    /// assert_eq!(report.shards.len(), 2); // the bias (64 B), then the weight (1 KiB)
+    ///
+    /// let fresh = CandleStore::new();
+    /// fresh.load(&dir, &LoadOptions::new().create(true))?;
+    /// assert_eq!(fresh.names()?, ["fc.bias", "fc.weight"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn save_sharded(
+        &self,
+        dir: impl AsRef<Path>,
+        opts: &SaveOptions,
+    ) -> Result<SaveReport, Error> {
+        let opts = opts.clone().separator(Separator::Dot).with_type::<Var>();
+        let inner = self.lock();
+        // A dotted tree name would come back as another path.
+        inner.named()?;
+        Ok(checkpoint::save_store_sharded(&inner.store, dir, &opts)?)
+    }
+
     /// Loads `path` (dotted names, as candle writes them): strict and atomic
     /// by default, as [`checkpoint::load`]: every name, shape and dtype is
-    /// checked against the file's header before anything changes. Loaded
+    /// checked against the file's header before anything changes. `path`
+    /// is a safetensors file, or a sharded Hugging Face checkpoint (its
+    /// `model.safetensors.index.json` or its directory), checked across all
+    /// its shards. Loaded
     /// values are written into the existing `Var`s with `Var::set`, one
     /// tensor at a time, so a model already built sees them. With
     /// [`LoadOptions::create`] the variables the file names are created (on

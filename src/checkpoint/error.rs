@@ -60,15 +60,27 @@ pub enum Error {
         vars: Vec<NotTensor>,
     },
 
+    /// A sharded checkpoint's index (`model.safetensors.index.json`) is
+    /// malformed, or disagrees with its shards. Nothing was loaded.
+    #[error("{path} is not a usable checkpoint index: {problem}; nothing was loaded")]
+    BadIndex {
+        /// The index file.
+        path: String,
+        /// What is wrong with it.
+        problem: BadIndex,
+    },
+
     /// The file and the tree disagree: names the tree lacks, names the file
-    /// lacks, or tensors of another shape or dtype. Nothing was loaded.
+    /// lacks, or tensors of another shape or dtype; for a sharded
+    /// checkpoint, also tensors stored in a shard that the index does not
+    /// assign them to. Nothing was loaded.
     #[error(
         "checkpoint {path} does not match the tree: {}; nothing was loaded (see \
          LoadOptions::allow_missing, allow_unused, create and dtype_policy)",
-        mismatch_parts(missing, unexpected, mismatched)
+        mismatch_parts(missing, unexpected, mismatched, unassigned)
     )]
     Mismatch {
-        /// The file.
+        /// The file, or the index of a sharded checkpoint.
         path: String,
         /// Keys of tree variables the file does not hold.
         missing: Vec<String>,
@@ -76,6 +88,11 @@ pub enum Error {
         unexpected: Vec<String>,
         /// Keys present on both sides that disagree.
         mismatched: Vec<Mismatch>,
+        /// Tensors a shard holds that the index assigns to another shard or
+        /// to none, as `(key, shard file)`: never loaded, whatever the
+        /// options; only [`LoadOptions::allow_unused`](super::LoadOptions::allow_unused)
+        /// accepts them.
+        unassigned: Vec<(String, String)>,
     },
 
     /// Two variables would be saved (or loaded) under one key, e.g. `a.b` in
@@ -356,8 +373,115 @@ impl fmt::Display for BadFile {
     }
 }
 
+/// What is wrong with a sharded checkpoint's index, or between the index
+/// and its shards.
+///
+/// ```
+/// use scopetree::checkpoint::BadIndex;
+/// let p = BadIndex::MissingShard { file: "model-00002-of-00002.safetensors".into(), keys: vec!["lm_head.weight".into()] };
+/// assert!(p.to_string().contains("model-00002-of-00002.safetensors"));
+/// ```
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BadIndex {
+    /// The index is not a JSON object of the expected form.
+    BadJson {
+        /// The parser's message (cut short).
+        reason: String,
+    },
+    /// The index has no `weight_map` object.
+    NoWeightMap,
+    /// The `weight_map` names one tensor twice, with two shards.
+    DuplicateName {
+        /// The tensor's name.
+        key: String,
+        /// The first shard named for it.
+        first: String,
+        /// The second shard named for it.
+        second: String,
+    },
+    /// A shard's name is not a plain file name beside the index (it is
+    /// empty, or holds a path separator or `..`).
+    BadShardName {
+        /// A tensor the index assigns to it.
+        key: String,
+        /// The shard's name as the index gives it.
+        file: String,
+    },
+    /// A shard the index names does not exist.
+    MissingShard {
+        /// The shard's file name.
+        file: String,
+        /// The tensors the index assigns to it.
+        keys: Vec<String>,
+    },
+    /// A shard lacks tensors that the index assigns to it.
+    ShardLacks {
+        /// The shard's file name.
+        file: String,
+        /// The tensors it lacks.
+        keys: Vec<String>,
+    },
+    /// A shard was written by another save than the index (a save that
+    /// stopped between its shards and its index): the index's and the
+    /// shard's save ids differ.
+    TornSave {
+        /// The shard's file name.
+        file: String,
+    },
+}
+
+impl fmt::Display for BadIndex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::BadJson { reason } => write!(
+                f,
+                "not the JSON object {{\"metadata\": .., \"weight_map\": {{name: shard}}}} expected: {reason}"
+            ),
+            Self::NoWeightMap => write!(f, "it has no \"weight_map\" object"),
+            Self::DuplicateName { key, first, second } => write!(
+                f,
+                "its weight_map names {} twice, in shards {} and {}",
+                short::path(key),
+                short::name(first),
+                short::name(second)
+            ),
+            Self::BadShardName { key, file } => write!(
+                f,
+                "tensor {} is assigned to {}, which is not a plain file name beside the index",
+                short::path(key),
+                short::name(file)
+            ),
+            Self::MissingShard { file, keys } => write!(
+                f,
+                "shard {} does not exist; the index assigns it {} tensor(s): {}",
+                short::name(file),
+                keys.len(),
+                list(&short_keys(keys))
+            ),
+            Self::ShardLacks { file, keys } => write!(
+                f,
+                "shard {} lacks {} tensor(s) the index assigns to it: {}",
+                short::name(file),
+                keys.len(),
+                list(&short_keys(keys))
+            ),
+            Self::TornSave { file } => write!(
+                f,
+                "shard {} was written by another save than the index (a save stopped half-way); save again",
+                short::name(file)
+            ),
+        }
+    }
+}
+
 /// The non-empty lists of a mismatch, labelled.
-fn mismatch_parts(missing: &[String], unexpected: &[String], mismatched: &[Mismatch]) -> String {
+fn mismatch_parts(
+    missing: &[String],
+    unexpected: &[String],
+    mismatched: &[Mismatch],
+    unassigned: &[(String, String)],
+) -> String {
     let mut parts = Vec::new();
     if !missing.is_empty() {
         parts.push(format!(
@@ -373,6 +497,16 @@ fn mismatch_parts(missing: &[String], unexpected: &[String], mismatched: &[Misma
     }
     if !mismatched.is_empty() {
         parts.push(format!("mismatched [{}]", list(mismatched)));
+    }
+    if !unassigned.is_empty() {
+        let shown: Vec<_> = unassigned
+            .iter()
+            .map(|(k, f)| format!("{} in {}", short::path(k), short::name(f)))
+            .collect();
+        parts.push(format!(
+            "in shards the index does not assign them to [{}]",
+            list(&shown)
+        ));
     }
     parts.join("; ")
 }

@@ -45,24 +45,29 @@ pub struct FileTensor {
     pub begin: u64,
     /// Where its bytes end, within the data section.
     pub end: u64,
+    /// The shard that holds it, as the index names it; `None` for a
+    /// single-file checkpoint.
+    pub shard: Option<String>,
 }
 
 /// A validated header: the tensors in file order, and where data starts.
 pub(crate) struct Header {
     pub(crate) tensors: Vec<FileTensor>,
     pub(crate) data_start: u64,
+    /// The `__metadata__` string pairs, if the file has them.
+    pub(crate) metadata: Option<HashMap<String, String>>,
 }
 
 /// Reads the header's entries in file order, duplicates kept, in one pass:
 /// a tensor's description straight into a `TensorInfo`, the metadata
-/// (`None`) checked as a map of strings and dropped. The first entry whose
+/// (an entry `Err`) as a map of strings. The first entry whose
 /// value does not read is left in `fault` with its key, so that a value of
 /// the wrong form is reported as that entry's problem and not as bad JSON.
 struct EntriesSeed<'f> {
     fault: &'f mut Option<(String, String)>,
 }
 
-type Entries = Vec<(String, Option<TensorInfo>)>;
+type Entries = Vec<(String, Result<TensorInfo, HashMap<String, String>>)>;
 
 impl<'de> DeserializeSeed<'de> for EntriesSeed<'_> {
     type Value = Entries;
@@ -80,9 +85,9 @@ impl<'de> Visitor<'de> for EntriesSeed<'_> {
         let mut out = Vec::with_capacity(map.size_hint().unwrap_or(0));
         while let Some(key) = map.next_key::<String>()? {
             let value = if key == "__metadata__" {
-                map.next_value::<HashMap<String, String>>().map(|_| None)
+                map.next_value::<HashMap<String, String>>().map(Err)
             } else {
-                map.next_value::<TensorInfo>().map(Some)
+                map.next_value::<TensorInfo>().map(Ok)
             };
             match value {
                 Ok(v) => out.push((key, v)),
@@ -172,9 +177,14 @@ pub(crate) fn read_header(file: &mut File, path: &str) -> Result<Header, Error> 
     }
     drop(keys);
     let mut tensors = Vec::with_capacity(entries.len());
+    let mut metadata = None;
     for (key, info) in entries {
-        let Some(info) = info else {
-            continue; // `__metadata__`, read as a map of strings
+        let info = match info {
+            Ok(info) => info,
+            Err(meta) => {
+                metadata = Some(meta); // `__metadata__`
+                continue;
+            }
         };
         let (begin, end) = (info.data_offsets.0 as u64, info.data_offsets.1 as u64);
         if end < begin || end > data_len {
@@ -211,6 +221,7 @@ pub(crate) fn read_header(file: &mut File, path: &str) -> Result<Header, Error> 
             shape: info.shape,
             begin,
             end,
+            shard: None,
         });
     }
 
@@ -251,5 +262,6 @@ pub(crate) fn read_header(file: &mut File, path: &str) -> Result<Header, Error> 
     Ok(Header {
         tensors,
         data_start,
+        metadata,
     })
 }

@@ -1,13 +1,14 @@
 //! Loading: check everything first, then stream tensors one at a time.
 
 use std::fs::File;
-use std::io::{BufReader, Read, Seek};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use super::error::{Error, Mismatch};
-use super::header::{FileTensor, read_header};
+use super::header::FileTensor;
+use super::source::{Part, open};
 use super::tensor::{
-    Checkpointable, Codec, Dtype, Old, Source, Types, convert_floats, default_codec,
+    Checkpointable, Codec, Dtype, FloatDtype, Old, Source, Types, convert_floats, default_codec,
     is_convertible_float,
 };
 use super::{Filter, Separator, walk};
@@ -52,6 +53,7 @@ pub struct LoadOptions {
     create_shaped: bool,
     dtype: DtypePolicy,
     rollback: bool,
+    create_floats: Option<Dtype>,
     types: Types,
     filter: Option<Filter>,
     /// The codec of the values a load creates, by dtype, when not the
@@ -75,17 +77,24 @@ impl std::fmt::Debug for LoadOptions {
             .field("create_shaped", &self.create_shaped)
             .field("dtype", &self.dtype)
             .field("rollback", &self.rollback)
+            .field("create_floats_as", &self.create_floats)
             .finish_non_exhaustive()
     }
 }
 
 impl LoadOptions {
-    /// The codec of a value this load creates for a file tensor of `dtype`.
-    fn create_codec(&self, dtype: Dtype) -> Option<Codec> {
-        match self.create_with {
-            Some(f) => f(dtype),
-            None => default_codec(dtype, self.create_shaped),
-        }
+    /// The codec of a value this load creates for a file tensor of `dtype`,
+    /// and the float dtype to convert it to first, if any.
+    fn create_codec(&self, dtype: Dtype) -> Option<(Codec, Option<Dtype>)> {
+        let convert_to = self
+            .create_floats
+            .filter(|&to| to != dtype && is_convertible_float(dtype));
+        let made = convert_to.unwrap_or(dtype);
+        let codec = match self.create_with {
+            Some(f) => f(made),
+            None => default_codec(made, self.create_shaped),
+        };
+        codec.map(|c| (c, convert_to))
     }
 
     /// Strict: every variable in the file, every file key in the tree,
@@ -104,6 +113,7 @@ impl LoadOptions {
             create_shaped: false,
             dtype: DtypePolicy::Exact,
             rollback: false,
+            create_floats: None,
             types: Types::builtin(),
             filter: None,
             create_with: None,
@@ -227,6 +237,22 @@ impl LoadOptions {
         self
     }
 
+    /// Values this load makes (variables it [creates](Self::create), and
+    /// variables that had no value) for a float tensor of the file hold
+    /// `dtype` instead of the file's dtype: a `BF16` or `F16` checkpoint
+    /// loads into `f32` values with `create_floats_as(FloatDtype::F32)`.
+    /// Values that already exist convert under [`DtypePolicy::Convert`].
+    /// Rounds to nearest; non-float tensors keep their dtype. O(1).
+    ///
+    /// ```
+    /// use scopetree::checkpoint::{FloatDtype, LoadOptions};
+    /// let _ = LoadOptions::new().create(true).create_floats_as(FloatDtype::F32);
+    /// ```
+    pub fn create_floats_as(mut self, dtype: FloatDtype) -> Self {
+        self.create_floats = Some(dtype.dtype());
+        self
+    }
+
     /// Registers `T`, a type the crate implements [`Checkpointable`] for
     /// (candle's `Var`), as one of its own: by default a load assigns it in
     /// the in-place pass, one tensor at a time (see
@@ -259,6 +285,10 @@ pub struct LoadReport {
     /// Keys of tree variables that hold no tensor (or no value) and that the
     /// file does not name: left as they are, and not counted as missing.
     pub not_tensors: Vec<String>,
+    /// Tensors of a sharded checkpoint that a shard holds but the index
+    /// assigns to another shard or to none, as `(key, shard file)`: never
+    /// loaded (accepted only with [`LoadOptions::allow_unused`]).
+    pub unassigned: Vec<(String, String)>,
 }
 
 enum Step {
@@ -274,13 +304,18 @@ enum Step {
     Create {
         comps: Vec<String>,
         codec: Codec,
+        /// The float dtype the value is made in, when not the file's
+        /// ([`LoadOptions::create_floats_as`]).
+        convert_to: Option<Dtype>,
     },
     Skip,
 }
 
 pub(crate) struct Plan {
-    steps: Vec<(FileTensor, Step)>,
-    data_start: u64,
+    /// The checkpoint's files, open.
+    parts: Vec<Part>,
+    /// Each tensor with its part, in part order, then data order.
+    steps: Vec<(usize, FileTensor, Step)>,
     report: LoadReport,
 }
 
@@ -290,19 +325,19 @@ fn describe(dtype: Dtype, shape: &[usize]) -> String {
     format!("{dtype:?} {shown:?}{cut}")
 }
 
-/// Reads the header, matches it against the tree and decides every step;
-/// changes nothing.
+/// Opens the checkpoint (a file, an index or a directory), reads every
+/// header, matches them against the tree and decides every step; changes
+/// nothing.
 pub(crate) fn plan(
     tree: &ScopeTree,
     scope: ScopeId,
     path: &Path,
     opts: &LoadOptions,
     shape_of: &dyn Fn(VarId) -> Option<Vec<usize>>,
-) -> Result<(Plan, File), Error> {
+) -> Result<Plan, Error> {
     tree.path(scope)?;
-    let shown = path.to_string_lossy();
-    let mut file = File::open(path).map_err(Error::io(&shown))?;
-    let header = read_header(&mut file, &shown)?;
+    let opened = open(path)?;
+    let shown = opened.shown;
     let walked = walk(tree, scope, opts.sep, opts.filter.as_ref())?;
     let mut targets: FxHashMap<&str, VarId> =
         walked.vars.iter().map(|(k, v)| (k.as_str(), *v)).collect();
@@ -310,8 +345,8 @@ pub(crate) fn plan(
     let mut report = LoadReport::default();
     let mut unexpected = Vec::new();
     let mut mismatched = Vec::new();
-    let mut steps = Vec::with_capacity(header.tensors.len());
-    for t in header.tensors {
+    let mut steps = Vec::with_capacity(opened.tensors.len());
+    for (part, t) in opened.tensors {
         if opts.filter.as_ref().is_some_and(|f| !f(&t.key)) {
             continue;
         }
@@ -345,8 +380,13 @@ pub(crate) fn plan(
             unexpected.push(t.key.clone());
             Step::Skip
         };
-        steps.push((t, step));
+        steps.push((part, t, step));
     }
+    let unassigned: Vec<(String, String)> = opened
+        .unassigned
+        .into_iter()
+        .filter(|(k, _)| opts.filter.as_ref().is_none_or(|f| f(k)))
+        .collect();
     // Variables that hold no tensor (or no value) could not have been
     // saved: absent from the file, they are not missing, only reported.
     let (mut missing, mut not_tensors): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
@@ -367,7 +407,8 @@ pub(crate) fn plan(
     mismatched.sort_unstable_by(|a, b| a.key.cmp(&b.key));
     let missing_bad = !opts.allow_missing && !missing.is_empty();
     let unexpected_bad = !opts.allow_unused && !unexpected.is_empty();
-    if missing_bad || unexpected_bad || !mismatched.is_empty() {
+    let unassigned_bad = !opts.allow_unused && !unassigned.is_empty();
+    if missing_bad || unexpected_bad || unassigned_bad || !mismatched.is_empty() {
         return Err(Error::Mismatch {
             path: short::path(&shown),
             missing: if missing_bad { missing } else { Vec::new() },
@@ -377,18 +418,21 @@ pub(crate) fn plan(
                 Vec::new()
             },
             mismatched,
+            unassigned: if unassigned_bad {
+                unassigned
+            } else {
+                Vec::new()
+            },
         });
     }
     report.missing = missing;
     report.unused = unexpected;
-    Ok((
-        Plan {
-            steps,
-            data_start: header.data_start,
-            report,
-        },
-        file,
-    ))
+    report.unassigned = unassigned;
+    Ok(Plan {
+        parts: opened.parts,
+        steps,
+        report,
+    })
 }
 
 /// The step for a file tensor that names an existing variable, or the
@@ -413,13 +457,13 @@ fn check_var(
             (*codec, d, s, f)
         }
         None => {
-            let codec = opts
+            let (codec, convert_to) = opts
                 .create_codec(t.dtype)
                 .ok_or_else(|| format!("no value, and no Rust element type for {:?}", t.dtype))?;
             return Ok(Step::Set {
                 var,
                 codec,
-                convert_to: None,
+                convert_to,
                 in_place: false,
             });
         }
@@ -461,7 +505,7 @@ fn check_var(
 
 /// The step for a file tensor the tree lacks, under `create`.
 fn check_create(t: &FileTensor, opts: &LoadOptions) -> Result<Step, String> {
-    let codec = opts
+    let (codec, convert_to) = opts
         .create_codec(t.dtype)
         .ok_or_else(|| format!("cannot create: no Rust element type for {:?}", t.dtype))?;
     let comps: Vec<String> = t.key.split(opts.sep.as_str()).map(str::to_owned).collect();
@@ -470,7 +514,11 @@ fn check_create(t: &FileTensor, opts: &LoadOptions) -> Result<Step, String> {
             return Err(format!("cannot create: {e}"));
         }
     }
-    Ok(Step::Create { comps, codec })
+    Ok(Step::Create {
+        comps,
+        codec,
+        convert_to,
+    })
 }
 
 /// One change made by a load's commit, to undo on failure.
@@ -498,52 +546,73 @@ fn undo_all(tree: &mut ScopeTree, log: Vec<Undo>) {
     }
 }
 
-/// The file, read forward tensor by tensor.
+/// The checkpoint's files, each read forward tensor by tensor; one is
+/// open for reading at a time.
 struct Cursor<'p> {
-    reader: BufReader<File>,
-    pos: u64,
-    data_start: u64,
-    shown: &'p str,
+    parts: &'p [Part],
+    /// The part being read, its reader and the reader's position.
+    open: Option<(usize, BufReader<&'p File>, u64)>,
 }
 
-impl Cursor<'_> {
-    /// Moves to the start of `t`'s bytes; returns their length.
-    fn seek_to(&mut self, t: &FileTensor) -> Result<usize, Error> {
-        let at = self.data_start + t.begin;
-        if at != self.pos {
-            let delta = i64::try_from(i128::from(at) - i128::from(self.pos))
-                .map_err(|e| Error::io(self.shown)(std::io::Error::other(e)))?;
-            self.reader
-                .seek_relative(delta)
-                .map_err(Error::io(self.shown))?;
-            self.pos = at;
+impl<'p> Cursor<'p> {
+    fn shown(&self, part: usize) -> std::borrow::Cow<'p, str> {
+        self.parts[part].path.to_string_lossy()
+    }
+
+    /// Moves to the start of `t`'s bytes in `part`; returns the reader and
+    /// the bytes' length.
+    fn seek_to(
+        &mut self,
+        part: usize,
+        t: &FileTensor,
+    ) -> Result<(&mut BufReader<&'p File>, usize), Error> {
+        let p = &self.parts[part];
+        let at = p.data_start + t.begin;
+        let shown = p.path.to_string_lossy();
+        let same = matches!(&self.open, Some((cur, ..)) if *cur == part);
+        if !same {
+            let mut reader = BufReader::with_capacity(READ_BUFFER, &p.file);
+            reader
+                .seek(SeekFrom::Start(at))
+                .map_err(Error::io(&shown))?;
+            self.open = Some((part, reader, at));
+        }
+        let Some((_, reader, pos)) = &mut self.open else {
+            unreachable!("a part was opened just above")
+        };
+        if at != *pos {
+            let delta = i64::try_from(i128::from(at) - i128::from(*pos))
+                .map_err(|e| Error::io(&shown)(std::io::Error::other(e)))?;
+            reader.seek_relative(delta).map_err(Error::io(&shown))?;
         }
         // Bounded by the file's length (checked with the header).
         #[allow(clippy::cast_possible_truncation)]
-        Ok((t.end - t.begin) as usize)
+        let nbytes = (t.end - t.begin) as usize;
+        *pos = at + nbytes as u64;
+        Ok((reader, nbytes))
     }
 
     /// Builds the staged value of `t` with `codec` (converting floats to
     /// `convert_to`), touching no variable.
     fn stage(
         &mut self,
+        part: usize,
         t: &FileTensor,
         codec: &Codec,
         convert_to: Option<Dtype>,
     ) -> Result<Old, Error> {
-        let nbytes = self.seek_to(t)?;
+        let shown = self.shown(part);
+        let (reader, nbytes) = self.seek_to(part, t)?;
         let src = match convert_to {
             None => Source::Reader {
                 dtype: t.dtype,
                 shape: &t.shape,
                 nbytes,
-                reader: &mut self.reader,
+                reader,
             },
             Some(to) => {
                 let mut raw = vec![0_u8; nbytes];
-                self.reader
-                    .read_exact(&mut raw)
-                    .map_err(Error::io(self.shown))?;
+                reader.read_exact(&mut raw).map_err(Error::io(&shown))?;
                 Source::Bytes {
                     dtype: to,
                     shape: &t.shape,
@@ -551,9 +620,7 @@ impl Cursor<'_> {
                 }
             }
         };
-        let new = (codec.stage)(src).map_err(|e| self.with_path(e))?;
-        self.pos += nbytes as u64;
-        Ok(new)
+        (codec.stage)(src).map_err(|e| with_path(e, &shown))
     }
 
     /// Reads `t` into `var`'s value in place; the replaced value if the
@@ -561,30 +628,31 @@ impl Cursor<'_> {
     fn in_place(
         &mut self,
         tree: &mut ScopeTree,
+        part: usize,
         t: &FileTensor,
         var: VarId,
         codec: &Codec,
     ) -> Result<Option<Old>, Error> {
-        let nbytes = self.seek_to(t)?;
+        let shown = self.shown(part);
+        let (reader, nbytes) = self.seek_to(part, t)?;
         let src = Source::Reader {
             dtype: t.dtype,
             shape: &t.shape,
             nbytes,
-            reader: &mut self.reader,
+            reader,
         };
-        let old = (codec.read_into)(tree, var, src).map_err(|e| self.with_path(e))?;
-        self.pos += nbytes as u64;
-        Ok(old)
+        (codec.read_into)(tree, var, src).map_err(|e| with_path(e, &shown))
     }
+}
 
-    fn with_path(&self, e: Error) -> Error {
-        match e {
-            Error::Io { source, .. } => Error::Io {
-                path: short::path(self.shown),
-                source,
-            },
-            other => other,
-        }
+/// An IO error of a codec, with the file's path.
+fn with_path(e: Error, shown: &str) -> Error {
+    match e {
+        Error::Io { source, .. } => Error::Io {
+            path: short::path(shown),
+            source,
+        },
+        other => other,
     }
 }
 
@@ -603,47 +671,43 @@ pub(crate) fn apply(
     tree: &mut ScopeTree,
     scope: ScopeId,
     plan: Plan,
-    file: File,
-    path: &Path,
     opts: &LoadOptions,
 ) -> Result<LoadReport, Error> {
-    let shown = path.to_string_lossy();
     let mut report = plan.report;
-    let mut reader = BufReader::with_capacity(READ_BUFFER, file);
-    let pos = reader.stream_position().map_err(Error::io(&shown))?;
+    let parts = plan.parts;
     let mut cur = Cursor {
-        reader,
-        pos,
-        data_start: plan.data_start,
-        shown: &shown,
+        parts: &parts,
+        open: None,
     };
-    let fail = |key: &str, rolled_back: bool, e: Error| Error::Data {
-        path: short::path(&shown),
+    let fail = |part: usize, key: &str, rolled_back: bool, e: Error| Error::Data {
+        path: short::path(&parts[part].path.to_string_lossy()),
         key: key.to_owned(),
         rolled_back,
         source: Box::new(e),
     };
     let stage_all = opts.rollback;
-    let steps: Vec<(FileTensor, Step)> = plan
+    let steps: Vec<(usize, FileTensor, Step)> = plan
         .steps
         .into_iter()
-        .filter(|(_, s)| !matches!(s, Step::Skip))
+        .filter(|(_, _, s)| !matches!(s, Step::Skip))
         .collect();
 
     // Pass 1: new values, the tree untouched.
     let mut staged: Vec<Option<Old>> = Vec::with_capacity(steps.len());
-    for (t, step) in &steps {
+    for (part, t, step) in &steps {
         let new = match step {
             Step::Set { in_place: true, .. } if !stage_all => None,
             Step::Set {
                 codec, convert_to, ..
-            } => Some(cur.stage(t, codec, *convert_to)),
-            Step::Create { codec, .. } => Some(cur.stage(t, codec, None)),
+            } => Some(cur.stage(*part, t, codec, *convert_to)),
+            Step::Create {
+                codec, convert_to, ..
+            } => Some(cur.stage(*part, t, codec, *convert_to)),
             Step::Skip => None,
         };
         staged.push(match new {
             Some(Ok(v)) => Some(v),
-            Some(Err(e)) => return Err(fail(&t.key, true, e)),
+            Some(Err(e)) => return Err(fail(*part, &t.key, true, e)),
             None => None,
         });
     }
@@ -651,23 +715,23 @@ pub(crate) fn apply(
     // Pass 2: in place.
     let mut log: Vec<Undo> = Vec::new();
     let mut touched = false;
-    for ((t, step), new) in steps.iter().zip(&staged) {
+    for ((part, t, step), new) in steps.iter().zip(&staged) {
         if let (Step::Set { var, codec, .. }, None) = (step, new) {
             touched = true;
-            match cur.in_place(tree, t, *var, codec) {
+            match cur.in_place(tree, *part, t, *var, codec) {
                 // A value that declined after all was replaced: undoable.
                 Ok(Some(old)) => log.push(Undo::Value(*var, *codec, Some(old))),
                 Ok(None) => {}
                 Err(e) => {
                     undo_all(tree, log);
-                    return Err(fail(&t.key, false, e));
+                    return Err(fail(*part, &t.key, false, e));
                 }
             }
         }
     }
 
     // Pass 3: the staged values go in.
-    for ((t, step), new) in steps.into_iter().zip(staged) {
+    for ((part, t, step), new) in steps.into_iter().zip(staged) {
         let Some(new) = new else {
             report.loaded.push(t.key);
             continue;
@@ -683,7 +747,7 @@ pub(crate) fn apply(
                     log.push(Undo::Value(var, codec, old));
                     Ok(())
                 }
-                Step::Create { comps, codec } => {
+                Step::Create { comps, codec, .. } => {
                     let var = create(tree, scope, &comps, &mut log)?;
                     (codec.put)(tree, var, new)?;
                     report.created.push(t.key.clone());
@@ -694,7 +758,7 @@ pub(crate) fn apply(
         })();
         if let Err(e) = result {
             undo_all(tree, log);
-            return Err(fail(&t.key, !touched, e));
+            return Err(fail(part, &t.key, !touched, e));
         }
         report.loaded.push(t.key);
     }
@@ -778,9 +842,9 @@ mod tests {
         let (mut tree, [a, b, c], path) = saved("partial.safetensors");
         let root = tree.root();
         let opts = LoadOptions::new();
-        let (plan, file) = plan(&tree, root, &path, &opts, &|_| None).unwrap();
+        let plan = plan(&tree, root, &path, &opts, &|_| None).unwrap();
         shrink(&path, 2000);
-        let err = apply(&mut tree, root, plan, file, &path, &opts).unwrap_err();
+        let err = apply(&mut tree, root, plan, &opts).unwrap_err();
         assert!(
             matches!(&err, Error::Data { key, rolled_back: false, .. } if key == "c"),
             "{err:?}"
@@ -797,9 +861,9 @@ mod tests {
         let (mut tree, vars, path) = saved("rollback.safetensors");
         let root = tree.root();
         let opts = LoadOptions::new().rollback(true);
-        let (plan, file) = plan(&tree, root, &path, &opts, &|_| None).unwrap();
+        let plan = plan(&tree, root, &path, &opts, &|_| None).unwrap();
         shrink(&path, 2000);
-        let err = apply(&mut tree, root, plan, file, &path, &opts).unwrap_err();
+        let err = apply(&mut tree, root, plan, &opts).unwrap_err();
         assert!(
             matches!(&err, Error::Data { key, rolled_back: true, .. } if key == "c"),
             "{err:?}"
@@ -820,9 +884,9 @@ mod tests {
         }
         let root = tree.root();
         let opts = LoadOptions::new();
-        let (plan, file) = plan(&tree, root, &path, &opts, &|_| None).unwrap();
+        let plan = plan(&tree, root, &path, &opts, &|_| None).unwrap();
         shrink(&path, 2000);
-        let err = apply(&mut tree, root, plan, file, &path, &opts).unwrap_err();
+        let err = apply(&mut tree, root, plan, &opts).unwrap_err();
         assert!(
             matches!(
                 &err,
@@ -880,14 +944,14 @@ mod tests {
             let (mut tree, vars, held, path) = saved("vars.safetensors");
             let root = tree.root();
             let opts = LoadOptions::new().with_crate_type::<Var>();
-            let (plan, file) = plan(&tree, root, &path, &opts, &|_| None).unwrap();
+            let plan = plan(&tree, root, &path, &opts, &|_| None).unwrap();
             assert!(
                 plan.steps
                     .iter()
-                    .all(|(_, s)| matches!(s, Step::Set { in_place: true, .. })),
+                    .all(|(_, _, s)| matches!(s, Step::Set { in_place: true, .. })),
                 "every Var is assigned in the in-place pass"
             );
-            apply(&mut tree, root, plan, file, &path, &opts).unwrap();
+            apply(&mut tree, root, plan, &opts).unwrap();
             for ((v, h), x) in vars.iter().zip(&held).zip([1.0, 2.0, 3.0]) {
                 assert_eq!(first(h), x);
                 assert_eq!(
@@ -908,9 +972,9 @@ mod tests {
                 let opts = LoadOptions::new()
                     .with_crate_type::<Var>()
                     .rollback(rollback);
-                let (plan, file) = plan(&tree, root, &path, &opts, &|_| None).unwrap();
+                let plan = plan(&tree, root, &path, &opts, &|_| None).unwrap();
                 shrink(&path, 2000);
-                let err = apply(&mut tree, root, plan, file, &path, &opts).unwrap_err();
+                let err = apply(&mut tree, root, plan, &opts).unwrap_err();
                 assert!(
                     matches!(&err, Error::Data { key, rolled_back, .. } if key == "c" && *rolled_back == rollback),
                     "{err:?}"

@@ -50,19 +50,21 @@
 
 mod error;
 mod header;
+mod index;
 mod load;
 mod save;
+mod source;
 mod tensor;
 
 use std::path::Path;
 
-pub use error::{BadFile, Error, Mismatch, NotTensor};
+pub use error::{BadFile, BadIndex, Error, Mismatch, NotTensor};
 pub use header::FileTensor;
 pub use load::{DtypePolicy, LoadOptions, LoadReport};
-pub use save::{SaveOptions, SaveReport};
+pub use save::{DEFAULT_MAX_SHARD_SIZE, SaveOptions, SaveReport};
 #[cfg(feature = "candle")]
 pub(crate) use tensor::Codec;
-pub use tensor::{Checkpointable, Dtype, Element, Tensor};
+pub use tensor::{Checkpointable, Dtype, Element, FloatDtype, Tensor};
 
 use crate::sharing::VariableStore;
 use crate::{ScopeId, ScopeTree, VarId};
@@ -166,8 +168,20 @@ pub fn save_store(
 /// extra memory about one tensor plus the values that need new memory (the
 /// whole file with [`LoadOptions::rollback`]).
 ///
+/// `path` is a safetensors file, or a sharded checkpoint in the Hugging
+/// Face layout: its index (a `.json` file, `model.safetensors.index.json`)
+/// or the directory that holds it (a directory with only
+/// `model.safetensors` loads that file). A sharded load is one load: every
+/// shard's header is read and checked, and the tree matched against all of
+/// them, before anything changes, and one [`Error::Mismatch`] lists every
+/// problem whichever shard holds it. The index decides: a tensor is read
+/// only from the shard the index assigns it to; a copy in another shard is
+/// *unassigned*, never loaded, and fails a strict load.
+///
 /// # Errors
-/// [`Error::Io`], [`Error::BadFile`] for a malformed file;
+/// [`Error::Io`], [`Error::BadFile`] for a malformed file (or shard);
+/// [`Error::BadIndex`] for a malformed index, a missing shard, a shard that
+/// lacks a tensor the index assigns to it, or a torn save;
 /// [`Error::Mismatch`] listing every missing, unexpected and mismatched key;
 /// [`Error::KeyCollision`]; [`Error::Data`] if reading fails after the checks;
 /// [`Error::Tree`] for a stale or foreign scope. On any error the tree is as
@@ -197,9 +211,8 @@ pub fn load(
     path: impl AsRef<Path>,
     opts: &LoadOptions,
 ) -> Result<LoadReport, Error> {
-    let path = path.as_ref();
-    let (plan, file) = load::plan(tree, scope, path, opts, &|_| None)?;
-    load::apply(tree, scope, plan, file, path, opts)
+    let plan = load::plan(tree, scope, path.as_ref(), opts, &|_| None)?;
+    load::apply(tree, scope, plan, opts)
 }
 
 /// Loads `path` into a whole [`VariableStore`]: like [`load`] from its root,
@@ -229,27 +242,128 @@ pub fn load_store(
     path: impl AsRef<Path>,
     opts: &LoadOptions,
 ) -> Result<LoadReport, Error> {
-    let path = path.as_ref();
     let root = store.tree().root();
-    let (plan, file) = load::plan(store.tree(), root, path, opts, &|v| store_shape(store, v))?;
-    load::apply(store.tree_mut(), root, plan, file, path, opts)
+    let plan = load::plan(store.tree(), root, path.as_ref(), opts, &|v| {
+        store_shape(store, v)
+    })?;
+    load::apply(store.tree_mut(), root, plan, opts)
 }
 
-/// The tensors a file declares, in file order, after the same validation a
-/// load does. Reads the header only. O(header).
+/// The tensors a checkpoint declares, after the same validation a load
+/// does: of a file, in file order; of a sharded checkpoint (its index or
+/// its directory), the tensors the index assigns to each shard, shard by
+/// shard, each naming its [`shard`](FileTensor::shard). Reads the headers
+/// and the index only. O(headers + index).
 ///
 /// # Errors
-/// [`Error::Io`] or [`Error::BadFile`].
+/// [`Error::Io`], [`Error::BadFile`] or [`Error::BadIndex`].
 ///
 /// ```
-/// let err = scopetree::checkpoint::inspect("/nonexistent.safetensors").unwrap_err();
-/// assert!(matches!(err, scopetree::checkpoint::Error::Io { .. }));
+/// # let dir = std::env::temp_dir().join(format!("st-doc-inspect-{}", std::process::id()));
+/// use scopetree::{ScopeTree, checkpoint::{self, SaveOptions}};
+/// let mut tree = ScopeTree::new();
+/// for name in ["a", "b"] {
+///     let v = tree.var(tree.root(), name)?;
+///     tree.set(v, vec![0.0_f32; 4])?;
+/// }
+/// checkpoint::save_sharded(&tree, tree.root(), &dir, &SaveOptions::new().max_shard_size(16))?;
+/// let shards: Vec<_> = checkpoint::inspect(&dir)?.into_iter().map(|t| t.shard).collect();
+/// assert_eq!(shards, [Some("model-00001-of-00002.safetensors".into()),
+///                     Some("model-00002-of-00002.safetensors".into())]);
+/// assert!(matches!(checkpoint::inspect("/nonexistent.safetensors"),
+///                  Err(checkpoint::Error::Io { .. })));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn inspect(path: impl AsRef<Path>) -> Result<Vec<FileTensor>, Error> {
-    let path = path.as_ref();
-    let shown = path.to_string_lossy();
-    let mut file = std::fs::File::open(path).map_err(Error::io(&shown))?;
-    Ok(header::read_header(&mut file, &shown)?.tensors)
+    Ok(source::open(path.as_ref())?
+        .tensors
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect())
+}
+
+/// Saves every variable of `scope` and below it as a sharded checkpoint in
+/// the Hugging Face layout, into the directory `dir` (made if missing):
+/// shards `model-00001-of-0000N.safetensors` of at most
+/// [`SaveOptions::max_shard_size`] tensor bytes each (5 GB by default),
+/// cut in key order, and the index `model.safetensors.index.json`
+/// (`{"metadata": {"total_size": ..}, "weight_map": {key: shard}}`). Keys
+/// are as [`save`] makes them; use [`Separator::Dot`] for PyTorch and
+/// candle names. Every shard carries `"format": "pt"` in its metadata, as
+/// the Hugging Face loaders require. Load it back with [`load`], from the
+/// index or the directory. O(size of the subtree + bytes written); extra
+/// memory: one shard's converted bytes with [`SaveOptions::floats_as`],
+/// else none beyond the headers.
+///
+/// Each shard is written atomically, then the index, atomically, last; the
+/// shards and the index carry the id of the save that wrote them, so a
+/// save that stopped half-way (new shards, the old index) fails to load
+/// with [`BadIndex::TornSave`] instead of mixing two saves. Shards that
+/// the replaced index named and this one does not are removed.
+///
+/// # Errors
+/// As [`save`]; [`Error::Io`] if `dir` cannot be made or the index cannot
+/// be written.
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("st-doc-sharded-{}", std::process::id()));
+/// use scopetree::{ScopeTree, checkpoint::{self, FloatDtype, LoadOptions, SaveOptions, Separator}};
+/// let mut tree = ScopeTree::new();
+/// let layers = tree.new_named_scope(tree.root(), "layers")?;
+/// for name in ["q", "k", "v"] {
+///     let w = tree.var(layers, name)?;
+///     tree.set(w, vec![0.5_f32; 256])?; // 1 KiB each
+/// }
+/// let opts = SaveOptions::new().separator(Separator::Dot).max_shard_size(2048);
+/// let r = checkpoint::save_sharded(&tree, tree.root(), &dir, &opts)?;
+/// assert_eq!(r.shards, ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]);
+///
+/// // Published in bf16, loaded back into a fresh tree as f32.
+/// checkpoint::save_sharded(&tree, tree.root(), &dir, &opts.floats_as(FloatDtype::BF16))?;
+/// let mut fresh = ScopeTree::new();
+/// let root = fresh.root();
+/// let load = LoadOptions::new().separator(Separator::Dot).create(true)
+///     .create_floats_as(FloatDtype::F32);
+/// let report = checkpoint::load(&mut fresh, root, dir.join("model.safetensors.index.json"), &load)?;
+/// assert_eq!(report.created, ["layers.k", "layers.q", "layers.v"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn save_sharded(
+    tree: &ScopeTree,
+    scope: ScopeId,
+    dir: impl AsRef<Path>,
+    opts: &SaveOptions,
+) -> Result<SaveReport, Error> {
+    save::save_sharded_with(tree, scope, dir.as_ref(), opts, &|_| None)
+}
+
+/// Saves a whole [`VariableStore`] as a sharded checkpoint: like
+/// [`save_sharded`] from its root, with the shapes the store recorded for
+/// flat values. O(variables + bytes written).
+///
+/// # Errors
+/// As [`save_sharded`].
+///
+/// ```
+/// # let dir = std::env::temp_dir().join(format!("st-doc-sharded-store-{}", std::process::id()));
+/// use scopetree::{checkpoint, sharing::VariableStore};
+/// let mut store = VariableStore::new();
+/// let root = store.tree().root();
+/// let w = store.tree_mut().var(root, "w")?;
+/// store.tree_mut().set(w, vec![1.0_f64; 2])?;
+/// let r = checkpoint::save_store_sharded(&store, &dir, &checkpoint::SaveOptions::new())?;
+/// assert_eq!(r.shards, ["model-00001-of-00001.safetensors"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn save_store_sharded(
+    store: &VariableStore,
+    dir: impl AsRef<Path>,
+    opts: &SaveOptions,
+) -> Result<SaveReport, Error> {
+    let tree = store.tree();
+    save::save_sharded_with(tree, tree.root(), dir.as_ref(), opts, &|v| {
+        store_shape(store, v)
+    })
 }
 
 /// The fully defined shape the store recorded for `var`, if any.
@@ -323,3 +437,8 @@ pub(crate) fn walk(
         unnamed_scopes,
     })
 }
+
+/// The code blocks of `docs/checkpoints.md`, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/checkpoints.md")]
+struct CheckpointDocDoctests;

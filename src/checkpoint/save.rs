@@ -7,7 +7,10 @@ use std::path::Path;
 use safetensors::View;
 
 use super::error::{Error, NotTensor};
-use super::tensor::{Checkpointable, Dtype, Types};
+use super::index::{INDEX_FILE, SAVE_ID, index_json, read_index, shard_name};
+use super::tensor::{
+    Checkpointable, Dtype, FloatDtype, Types, convert_floats, is_convertible_float,
+};
 use super::{Filter, Separator, walk};
 use crate::{ScopeId, ScopeTree, VarId};
 
@@ -26,7 +29,13 @@ pub struct SaveOptions {
     pub(crate) metadata: Option<HashMap<String, String>>,
     pub(crate) types: Types,
     pub(crate) filter: Option<Filter>,
+    pub(crate) floats_as: Option<Dtype>,
+    pub(crate) max_shard_size: u64,
 }
+
+/// The default largest shard of a sharded save, in tensor bytes: 5 GB,
+/// the Hugging Face tools' default.
+pub const DEFAULT_MAX_SHARD_SIZE: u64 = 5_000_000_000;
 
 impl Default for SaveOptions {
     fn default() -> Self {
@@ -40,6 +49,8 @@ impl std::fmt::Debug for SaveOptions {
             .field("separator", &self.sep)
             .field("skip_non_tensors", &self.skip_non_tensors)
             .field("metadata", &self.metadata)
+            .field("floats_as", &self.floats_as)
+            .field("max_shard_size", &self.max_shard_size)
             .finish_non_exhaustive()
     }
 }
@@ -57,7 +68,36 @@ impl SaveOptions {
             metadata: None,
             types: Types::builtin(),
             filter: None,
+            floats_as: None,
+            max_shard_size: DEFAULT_MAX_SHARD_SIZE,
         }
+    }
+
+    /// Writes every float tensor (`F16`, `BF16`, `F32`, `F64`) as `dtype`,
+    /// rounding to nearest: `floats_as(FloatDtype::BF16)` publishes an `f32`
+    /// model in bf16. Other tensors keep their dtype. The tree is not
+    /// changed. Extra memory: one shard's converted bytes. O(1).
+    ///
+    /// ```
+    /// use scopetree::checkpoint::{FloatDtype, SaveOptions};
+    /// let _ = SaveOptions::new().floats_as(FloatDtype::BF16);
+    /// ```
+    pub fn floats_as(mut self, dtype: FloatDtype) -> Self {
+        self.floats_as = Some(dtype.dtype());
+        self
+    }
+
+    /// The most tensor bytes a shard of a [sharded
+    /// save](super::save_sharded) holds ([`DEFAULT_MAX_SHARD_SIZE`], 5 GB,
+    /// by default). A tensor larger than this gets a shard of its own; 0
+    /// gives every tensor a shard. Single-file saves ignore it. O(1).
+    ///
+    /// ```
+    /// let _ = scopetree::checkpoint::SaveOptions::new().max_shard_size(2 << 30);
+    /// ```
+    pub fn max_shard_size(mut self, bytes: u64) -> Self {
+        self.max_shard_size = bytes;
+        self
     }
 
     /// The separator between scope names in keys (`/` by default; `.` for
@@ -153,6 +193,9 @@ pub struct SaveReport {
     /// Paths of unnamed scopes below the saved scope: they have no stable
     /// name, so neither they nor what is below them are saved.
     pub unnamed_scopes: Vec<String>,
+    /// The shard files a [sharded save](super::save_sharded) wrote, in
+    /// order (empty for a single-file save); the index names them.
+    pub shards: Vec<String>,
 }
 
 /// One tensor handed to the safetensors writer.
@@ -177,13 +220,13 @@ impl View for Item<'_> {
     }
 }
 
-pub(crate) fn save_with(
-    tree: &ScopeTree,
+/// The tensors to write, keyed and sorted, with the report so far.
+fn collect<'t>(
+    tree: &'t ScopeTree,
     scope: ScopeId,
-    path: &Path,
     opts: &SaveOptions,
     shape_of: &dyn Fn(VarId) -> Option<Vec<usize>>,
-) -> Result<SaveReport, Error> {
+) -> Result<(Vec<(String, Item<'t>)>, SaveReport), Error> {
     let walked = walk(tree, scope, opts.sep, opts.filter.as_ref())?;
     let mut report = SaveReport {
         unnamed_scopes: walked.unnamed_scopes,
@@ -236,16 +279,198 @@ pub(crate) fn save_with(
         }
         report.skipped = not_tensors;
     }
-    let old_permissions = std::fs::metadata(path).ok().map(|m| m.permissions());
-    safetensors::serialize_to_file(items, opts.metadata.clone(), path).map_err(|source| {
-        Error::Write {
-            path: crate::short::path(&path.to_string_lossy()),
-            source,
-        }
-    })?;
-    set_permissions(path, old_permissions)?;
     report.keys.sort_unstable();
+    Ok((items, report))
+}
+
+impl Item<'_> {
+    /// The dtype the item is written in under `floats_as`.
+    fn written_dtype(&self, floats_as: Option<Dtype>) -> Dtype {
+        match floats_as {
+            Some(to) if is_convertible_float(self.dtype) => to,
+            _ => self.dtype,
+        }
+    }
+
+    /// The bytes written under `floats_as`.
+    fn written_len(&self, floats_as: Option<Dtype>) -> u64 {
+        let to = self.written_dtype(floats_as);
+        self.bytes.len() as u64 * to.bitsize() as u64 / self.dtype.bitsize() as u64
+    }
+
+    /// The item as written under `floats_as`: converted if it must be.
+    fn written(self, floats_as: Option<Dtype>) -> Self {
+        let to = self.written_dtype(floats_as);
+        if to == self.dtype {
+            return self;
+        }
+        Item {
+            bytes: Cow::Owned(convert_floats(self.dtype, to, &self.bytes)),
+            dtype: to,
+            shape: self.shape,
+        }
+    }
+}
+
+/// Writes `items` to `path` atomically (a temporary file, then a rename),
+/// keeping the permissions of the file it replaces.
+fn write_file(
+    items: Vec<(String, Item<'_>)>,
+    metadata: Option<HashMap<String, String>>,
+    path: &Path,
+) -> Result<(), Error> {
+    let old_permissions = std::fs::metadata(path).ok().map(|m| m.permissions());
+    safetensors::serialize_to_file(items, metadata, path).map_err(|source| Error::Write {
+        path: crate::short::path(&path.to_string_lossy()),
+        source,
+    })?;
+    set_permissions(path, old_permissions)
+}
+
+pub(crate) fn save_with(
+    tree: &ScopeTree,
+    scope: ScopeId,
+    path: &Path,
+    opts: &SaveOptions,
+    shape_of: &dyn Fn(VarId) -> Option<Vec<usize>>,
+) -> Result<SaveReport, Error> {
+    let (items, report) = collect(tree, scope, opts, shape_of)?;
+    let items = items
+        .into_iter()
+        .map(|(k, it)| (k, it.written(opts.floats_as)))
+        .collect();
+    write_file(items, opts.metadata.clone(), path)?;
     Ok(report)
+}
+
+/// A sharded save into `dir`: the tensors in key order, cut into shards of
+/// at most `opts.max_shard_size` tensor bytes, each shard written
+/// atomically, then the index, atomically, last; shards of the index it
+/// replaces that it does not name are removed after it.
+pub(crate) fn save_sharded_with(
+    tree: &ScopeTree,
+    scope: ScopeId,
+    dir: &Path,
+    opts: &SaveOptions,
+    shape_of: &dyn Fn(VarId) -> Option<Vec<usize>>,
+) -> Result<SaveReport, Error> {
+    let (items, mut report) = collect(tree, scope, opts, shape_of)?;
+    let shown = dir.to_string_lossy();
+    std::fs::create_dir_all(dir).map_err(Error::io(&shown))?;
+
+    // Greedy, in key order, as the Hugging Face tools cut.
+    let mut groups: Vec<Vec<(String, Item<'_>)>> = Vec::new();
+    let mut room = 0_u64;
+    let mut total = 0_u64;
+    for (key, item) in items {
+        let len = item.written_len(opts.floats_as);
+        total += len;
+        match groups.last_mut() {
+            Some(g) if len <= room => {
+                room -= len;
+                g.push((key, item));
+            }
+            _ => {
+                room = opts.max_shard_size.saturating_sub(len);
+                groups.push(vec![(key, item)]);
+            }
+        }
+    }
+    if groups.is_empty() {
+        groups.push(Vec::new());
+    }
+    let n = groups.len();
+    let save_id = new_save_id();
+    let mut meta = opts.metadata.clone().unwrap_or_default();
+    // The Hugging Face loaders refuse a safetensors file without it.
+    meta.entry("format".to_owned())
+        .or_insert_with(|| "pt".to_owned());
+    meta.insert(SAVE_ID.to_owned(), save_id.clone());
+
+    let index_path = dir.join(INDEX_FILE);
+    let mut old_shards: Vec<String> = read_index(&index_path)
+        .map(|i| i.entries.into_iter().map(|(_, f)| f).collect())
+        .unwrap_or_default();
+    old_shards.sort_unstable();
+    old_shards.dedup();
+    let mut weight_map: Vec<(String, String)> = Vec::with_capacity(report.keys.len());
+    for (k, group) in groups.into_iter().enumerate() {
+        let name = shard_name(k + 1, n);
+        let group: Vec<_> = group
+            .into_iter()
+            .map(|(key, it)| {
+                weight_map.push((key.clone(), name.clone()));
+                (key, it.written(opts.floats_as))
+            })
+            .collect();
+        write_file(group, Some(meta.clone()), &dir.join(&name))?;
+        report.shards.push(name);
+    }
+    let entries: Vec<(&str, &str)> = weight_map
+        .iter()
+        .map(|(k, f)| (k.as_str(), f.as_str()))
+        .collect();
+    let text = index_json(&entries, total, &save_id);
+    write_atomic(&index_path, text.as_bytes())?;
+    for old in old_shards {
+        // The old index's shard names are plain file names (`read_index`
+        // checks them).
+        if !report.shards.contains(&old) && old != INDEX_FILE {
+            // Left by the save this one replaces; a file already gone is fine.
+            let _ = std::fs::remove_file(dir.join(old));
+        }
+    }
+    Ok(report)
+}
+
+/// A new id for a save: the time, the process and a counter.
+fn new_save_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{nanos:x}-{:x}-{n:x}", std::process::id())
+}
+
+/// Writes `bytes` to a temporary file beside `path`, then renames it to
+/// `path`; nothing is left at `path` or beside it on an error.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    use std::io::Write;
+    let shown = path.to_string_lossy();
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let old_permissions = std::fs::metadata(path).ok().map(|m| m.permissions());
+    let mut tmp = tempfile_in(dir).map_err(Error::io(&shown))?;
+    let written = tmp
+        .1
+        .write_all(bytes)
+        .and_then(|()| tmp.1.sync_all())
+        .and_then(|()| std::fs::rename(&tmp.0, path));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp.0);
+        return Err(Error::io(&shown)(e));
+    }
+    set_permissions(path, old_permissions)
+}
+
+/// A new file beside the index, named for this process and a counter.
+fn tempfile_in(dir: &Path) -> std::io::Result<(std::path::PathBuf, std::fs::File)> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    loop {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let p = dir.join(format!(".{INDEX_FILE}.{}.{n}.tmp", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&p)
+        {
+            Ok(f) => return Ok((p, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The safetensors writer renames a temporary file made with mode 0600 into

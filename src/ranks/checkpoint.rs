@@ -190,6 +190,7 @@ impl SyncPlan {
             missing,
             unexpected,
             mismatched,
+            unassigned: Vec::new(),
         }
         .into())
     }

@@ -1,0 +1,501 @@
+//! candle-transformers' `llama2_c` (the model of candle's own llama2-c
+//! training example) trained byte-level on a real text with its parameters
+//! in a scopetree store, published as a sharded Hugging Face checkpoint,
+//! read back by candle's own loader, fine-tuned with the lower layers
+//! frozen, and shipped as a small adapter.
+//!
+//! ```text
+//! cargo run --release --features candle-models --example train_llama2_c
+//! cargo run --release --features candle-models --example train_llama2_c -- --steps 100 --finetune-steps 20
+//! ```
+//!
+//! 1. **Train** on Cicero's *De finibus* I (`lipsum::LIBER_PRIMUS`, 49,068
+//!    bytes; nothing is downloaded), 90 % for training and the last 10 %
+//!    held out, and print the held-out loss against the unigram entropy of
+//!    the bytes (the loss of a model that ignores context).
+//! 2. **Publish**: `CandleStore::save_sharded` writes
+//!    `model-0000k-of-0000n.safetensors` and `model.safetensors.index.json`,
+//!    plus a `config.json`.
+//! 3. **Read back with candle alone**: `VarBuilder::from_mmaped_safetensors`
+//!    over the shards builds the same model; its logits must equal the
+//!    trained model's bit for bit, and it generates a few lines.
+//! 4. **Fine-tune** the top block and the head (and the final norm) on
+//!    another text (`lipsum::LOREM_IPSUM`): `store.freeze("model")`, then
+//!    `unfreeze` the top block and the norm, rebuild the model (a frozen
+//!    tensor is handed out detached) and give `AdamW` the
+//!    `trainable_vars`. The frozen tensors must end bit-identical.
+//! 5. **Ship an adapter**: `save_sharded` with a filter keeps the tuned
+//!    tensors only. Base plus adapter, loaded into a fresh store (the base
+//!    strictly, the adapter strictly on its own names), must give the
+//!    fine-tuned model's logits bit for bit.
+//!
+//! A fact of candle-nn 0.11 the run shows (candle issue #2168, open):
+//! `RmsNorm` takes the fused `ops::rms_norm` on a contiguous input, which is
+//! applied without a backward pass, so no gradient crosses a norm. In
+//! `llama2_c` only `lm_head`, after the last norm, ever gets a gradient; the
+//! rest of the network stays at its random initialisation, a random-feature
+//! model under a trained head, whatever store holds the parameters (a
+//! `VarMap` too). The run prints which tensors changed. A trained head over
+//! features that carry the current byte can learn at best about the bigram
+//! statistics: the text's bigram entropy is 2.365 nats/byte against a
+//! unigram entropy of 2.935 (80.6 %). The held-out loss reached 2.578 and
+//! 2.598 (88–89 % of the unigram entropy) in two runs of 300 steps, and
+//! 2.598–2.629 (89–90 %) in three runs of the 100 steps CI runs (candle's
+//! initialisation cannot be seeded, so runs differ); the issue's "well below the unigram entropy" needs gradients
+//! through the norms, which candle 0.11 does not give.
+//!
+//! The run fails (exit status 1) if the held-out loss does not fall below
+//! the unigram entropy and below half its initial value, or if any
+//! bit-for-bit check fails.
+
+use std::collections::HashMap;
+use std::error::Error;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::{D, DType, Device, IndexOp, Tensor};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder};
+use candle_transformers::models::llama2_c::{Cache, Config, Llama};
+use scopetree::candle::CandleStore;
+use scopetree::checkpoint::{LoadOptions, SaveOptions};
+
+type Res<T> = Result<T, Box<dyn Error>>;
+
+/// Command-line settings.
+struct Args {
+    steps: usize,
+    finetune_steps: usize,
+    batch: usize,
+    lr: f64,
+    seed: u64,
+    dir: Option<PathBuf>,
+}
+
+impl Args {
+    fn parse() -> Res<Self> {
+        let mut a = Args {
+            steps: 300,
+            finetune_steps: 60,
+            batch: 16,
+            lr: 1e-2,
+            seed: 7,
+            dir: None,
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(flag) = it.next() {
+            let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+            match flag.as_str() {
+                "--steps" => a.steps = value()?.parse()?,
+                "--finetune-steps" => a.finetune_steps = value()?.parse()?,
+                "--batch" => a.batch = value()?.parse()?,
+                "--lr" => a.lr = value()?.parse()?,
+                "--seed" => a.seed = value()?.parse()?,
+                "--dir" => a.dir = Some(value()?.into()),
+                "-h" | "--help" => {
+                    println!(
+                        "train_llama2_c [--steps N] [--finetune-steps N] [--batch N] [--lr X] \
+                         [--seed N] [--dir PATH (default: a new directory under the temp dir)]"
+                    );
+                    std::process::exit(0);
+                }
+                other => return Err(format!("unknown flag {other}; try --help").into()),
+            }
+        }
+        if a.batch == 0 {
+            return Err("--batch must be positive".into());
+        }
+        Ok(a)
+    }
+}
+
+/// SplitMix64: batch offsets and sampling (the example needs no `rand`).
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1_u64 << 24) as f32
+    }
+}
+
+/// The model: byte-level, 2 layers of width 128. Only the head trains
+/// (see the file's comment), so the width serves the head's features, and
+/// fewer random layers keep more of the current byte in them: 128 × 2
+/// reached 88–89 % of the unigram entropy in 300 steps where 64 × 4
+/// reached 91–99 %.
+fn config() -> Config {
+    Config {
+        dim: 128,
+        hidden_dim: 344,
+        n_layers: 2,
+        n_heads: 4,
+        n_kv_heads: 4,
+        vocab_size: 256,
+        seq_len: 64,
+        norm_eps: 1e-5,
+    }
+}
+
+/// The rotary tables, computed. `Cache::new` first asks the builder for
+/// `freq_cis_real`/`_imag`: candle's training example hands it the
+/// `VarMap`'s builder, which creates them as zero variables (so the
+/// rotation is zero). An empty builder fails the get and the cache
+/// computes them.
+fn rotary(cfg: &Config, dev: &Device) -> Res<Cache> {
+    let none = VarBuilder::from_tensors(HashMap::new(), DType::F32, dev);
+    Ok(Cache::new(false, cfg, none.pp("rot"))?)
+}
+
+/// `b` windows of `t` bytes at `starts`, and the next byte of each.
+fn batch(text: &[u8], starts: &[usize], t: usize, dev: &Device) -> Res<(Tensor, Tensor)> {
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    for &s in starts {
+        x.extend(text[s..s + t].iter().map(|&c| u32::from(c)));
+        y.extend(text[s + 1..s + t + 1].iter().map(|&c| u32::from(c)));
+    }
+    Ok((
+        Tensor::from_vec(x, (starts.len(), t), dev)?,
+        Tensor::from_vec(y, (starts.len() * t,), dev)?,
+    ))
+}
+
+fn loss(model: &Llama, cache: &mut Cache, x: &Tensor, y: &Tensor) -> Res<Tensor> {
+    let logits = model.forward(x, 0, cache)?;
+    Ok(candle_nn::loss::cross_entropy(&logits.flatten_to(1)?, y)?)
+}
+
+/// Mean loss over fixed, evenly spaced windows of `text`, and the logits'
+/// bits of the first window (for the bit-for-bit checks).
+fn evaluate(model: &Llama, text: &[u8], b: usize, dev: &Device) -> Res<(f64, Vec<u32>)> {
+    let t = config().seq_len;
+    let span = text.len() - t - 1;
+    let starts: Vec<usize> = (0..b).map(|i| i * span / b).collect();
+    let (x, y) = batch(text, &starts, t, dev)?;
+    let mut cache = rotary(&config(), dev)?;
+    let logits = model.forward(&x, 0, &mut cache)?;
+    let l = candle_nn::loss::cross_entropy(&logits.flatten_to(1)?, &y)?;
+    let first: Vec<f32> = logits.i(0)?.flatten_all()?.to_vec1()?;
+    Ok((
+        f64::from(l.to_scalar::<f32>()?),
+        first.iter().map(|v| v.to_bits()).collect(),
+    ))
+}
+
+/// The entropy of the byte distribution of `text`, in nats.
+fn unigram_entropy(text: &[u8]) -> f64 {
+    let mut counts = [0_usize; 256];
+    for &c in text {
+        counts[c as usize] += 1;
+    }
+    let n = text.len() as f64;
+    counts
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = c as f64 / n;
+            -p * p.ln()
+        })
+        .sum()
+}
+
+/// `n` bytes after `prompt`, sampled at temperature `temp` (no KV cache:
+/// the model is small and the window short).
+fn generate(
+    model: &Llama,
+    prompt: &str,
+    n: usize,
+    temp: f32,
+    rng: &mut SplitMix,
+    dev: &Device,
+) -> Res<String> {
+    let t = config().seq_len;
+    let mut bytes: Vec<u8> = prompt.bytes().collect();
+    for _ in 0..n {
+        let window = &bytes[bytes.len().saturating_sub(t)..];
+        let x = Tensor::from_vec(
+            window.iter().map(|&c| u32::from(c)).collect::<Vec<_>>(),
+            (1, window.len()),
+            dev,
+        )?;
+        let mut cache = rotary(&config(), dev)?;
+        let logits = model.forward(&x, 0, &mut cache)?.i((0, window.len() - 1))?;
+        let probs: Vec<f32> =
+            candle_nn::ops::softmax(&(logits / f64::from(temp))?, D::Minus1)?.to_vec1()?;
+        let mut r = rng.unit();
+        let mut pick = probs.len() - 1;
+        for (i, p) in probs.iter().enumerate() {
+            if r < *p {
+                pick = i;
+                break;
+            }
+            r -= p;
+        }
+        bytes.push(pick as u8);
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Every variable's name and bits.
+fn snapshot(store: &CandleStore) -> Res<Vec<(String, Vec<u32>)>> {
+    let mut out = Vec::new();
+    for (k, v) in store.named_vars()? {
+        let bits = v.flatten_all()?.to_vec1::<f32>()?;
+        out.push((k, bits.iter().map(|x| x.to_bits()).collect()));
+    }
+    Ok(out)
+}
+
+/// The names whose values differ between two snapshots.
+fn changed(before: &[(String, Vec<u32>)], after: &[(String, Vec<u32>)]) -> Vec<String> {
+    before
+        .iter()
+        .zip(after)
+        .filter(|(b, a)| b.1 != a.1)
+        .map(|(b, _)| b.0.clone())
+        .collect()
+}
+
+/// `AdamW` steps on random windows of `text`; returns the mean loss of the
+/// last tenth of the steps.
+fn train(
+    model: &Llama,
+    opt: &mut AdamW,
+    text: &[u8],
+    steps: usize,
+    a: &Args,
+    rng: &mut SplitMix,
+    dev: &Device,
+) -> Res<f64> {
+    let t = config().seq_len;
+    let mut cache = rotary(&config(), dev)?;
+    let tail = (steps / 10).max(1);
+    let mut sum = 0.0;
+    let t0 = Instant::now();
+    for step in 0..steps {
+        let starts: Vec<usize> = (0..a.batch)
+            .map(|_| rng.below(text.len() - t - 1))
+            .collect();
+        let (x, y) = batch(text, &starts, t, dev)?;
+        let l = loss(model, &mut cache, &x, &y)?;
+        opt.backward_step(&l)?;
+        let v = f64::from(l.to_scalar::<f32>()?);
+        if step + tail >= steps {
+            sum += v;
+        }
+        if step % 50 == 0 || step + 1 == steps {
+            println!(
+                "  step {step:4}: loss {v:.4} ({:.1} s)",
+                t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+    Ok(sum / tail.min(steps).max(1) as f64)
+}
+
+fn check(ok: bool, what: &str, failures: &mut Vec<String>) {
+    println!("  {} {what}", if ok { "ok:  " } else { "FAIL:" });
+    if !ok {
+        failures.push(what.to_owned());
+    }
+}
+
+/// The shard files an index names, in order.
+fn shard_paths(dir: &Path) -> Res<Vec<PathBuf>> {
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("model.safetensors.index.json"))?)?;
+    let mut files: Vec<&str> = index["weight_map"]
+        .as_object()
+        .ok_or("the index has no weight_map")?
+        .values()
+        .filter_map(|v| v.as_str())
+        .collect();
+    files.sort_unstable();
+    files.dedup();
+    Ok(files.into_iter().map(|f| dir.join(f)).collect())
+}
+
+fn main() -> Res<()> {
+    let a = Args::parse()?;
+    let dev = Device::Cpu;
+    let cfg = config();
+    let mut failures = Vec::new();
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("scopetree-llama2-c-{}", std::process::id())),
+    };
+    let (base_dir, adapter_dir) = (dir.join("base"), dir.join("adapter"));
+
+    let text = lipsum::LIBER_PRIMUS.as_bytes();
+    let (train_text, held_out) = text.split_at(text.len() * 9 / 10);
+    let entropy = unigram_entropy(text);
+    println!(
+        "text: lipsum::LIBER_PRIMUS, {} bytes; training on {}, holding out {}; unigram entropy {entropy:.4} nats/byte",
+        text.len(),
+        train_text.len(),
+        held_out.len()
+    );
+
+    // 1. Train, with the parameters in the store.
+    let store = CandleStore::new();
+    let model = Llama::load(store.var_builder(DType::F32, &dev), cfg.clone())?;
+    let params: usize = store.all_vars()?.iter().map(|v| v.elem_count()).sum();
+    println!(
+        "llama2_c: {} layers, dim {}, {} tensors, {params} parameters, all in the store",
+        cfg.n_layers,
+        cfg.dim,
+        store.names()?.len()
+    );
+    let initial = snapshot(&store)?;
+    let (start, _) = evaluate(&model, held_out, a.batch, &dev)?;
+    println!("held-out loss before training: {start:.4}");
+    let params_adamw = ParamsAdamW {
+        lr: a.lr,
+        ..ParamsAdamW::default()
+    };
+    let mut opt = AdamW::new(store.trainable_vars("")?, params_adamw.clone())?;
+    let mut rng = SplitMix(a.seed);
+    println!(
+        "training {} steps, batch {} × {} bytes:",
+        a.steps, a.batch, cfg.seq_len
+    );
+    train(&model, &mut opt, train_text, a.steps, &a, &mut rng, &dev)?;
+    let (trained_loss, trained_bits) = evaluate(&model, held_out, a.batch, &dev)?;
+    println!(
+        "held-out loss after training: {trained_loss:.4} ({:.0} % of the unigram entropy)",
+        100.0 * trained_loss / entropy
+    );
+    println!(
+        "tensors that changed: {:?}",
+        changed(&initial, &snapshot(&store)?)
+    );
+    check(
+        trained_loss < 0.5 * start && trained_loss < entropy,
+        "the held-out loss falls below half its initial value and below the unigram entropy",
+        &mut failures,
+    );
+
+    // 2. Publish as a sharded Hugging Face checkpoint, with its config.
+    let report = store.save_sharded(&base_dir, &SaveOptions::new().max_shard_size(256 * 1024))?;
+    let config_json = serde_json::json!({
+        "model_type": "llama2_c",
+        "dim": cfg.dim, "hidden_dim": cfg.hidden_dim, "n_layers": cfg.n_layers,
+        "n_heads": cfg.n_heads, "n_kv_heads": cfg.n_kv_heads,
+        "vocab_size": cfg.vocab_size, "seq_len": cfg.seq_len, "norm_eps": cfg.norm_eps,
+    });
+    std::fs::write(
+        base_dir.join("config.json"),
+        serde_json::to_vec_pretty(&config_json)?,
+    )?;
+    println!(
+        "saved {} tensors in {} shards to {}",
+        report.keys.len(),
+        report.shards.len(),
+        base_dir.display()
+    );
+
+    // 3. Read back with candle's own loader, and generate.
+    let shards = shard_paths(&base_dir)?;
+    // SAFETY: the shards were written above and nothing modifies or removes
+    // them while they are mapped.
+    let vb = unsafe { VarBuilder::from_mmaped_safetensors(&shards, DType::F32, &dev)? };
+    let published = Llama::load(vb, cfg.clone())?;
+    let (_, published_bits) = evaluate(&published, held_out, a.batch, &dev)?;
+    check(
+        published_bits == trained_bits,
+        "candle's from_mmaped_safetensors over the shards gives the trained logits, bit for bit",
+        &mut failures,
+    );
+    println!("generated by the model candle loaded (temperature 0.8):");
+    for prompt in ["Sed ut ", "Quam ob rem ", "Nam "] {
+        let line = generate(&published, prompt, 80, 0.8, &mut rng, &dev)?;
+        println!("  {line:?}");
+    }
+
+    // 4. Fine-tune the top block, the final norm and the head.
+    let top = format!("model.layers.{}", cfg.n_layers - 1);
+    store.freeze("model")?;
+    store.unfreeze(&top)?;
+    store.unfreeze("model.norm")?;
+    let tuned: Vec<String> = store
+        .names()?
+        .into_iter()
+        .filter(|n| !store.is_frozen(n))
+        .collect();
+    let model = Llama::load(store.var_builder(DType::F32, &dev), cfg.clone())?;
+    let mut opt = AdamW::new(store.trainable_vars("")?, params_adamw)?;
+    let lorem = lipsum::LOREM_IPSUM.as_bytes();
+    let before = snapshot(&store)?;
+    let (lorem_before, _) = evaluate(&model, lorem, a.batch, &dev)?;
+    println!(
+        "fine-tuning {} of {} tensors on lipsum::LOREM_IPSUM ({} bytes), {} steps:",
+        tuned.len(),
+        before.len(),
+        lorem.len(),
+        a.finetune_steps
+    );
+    train(
+        &model,
+        &mut opt,
+        lorem,
+        a.finetune_steps,
+        &a,
+        &mut rng,
+        &dev,
+    )?;
+    let (lorem_after, tuned_bits) = evaluate(&model, lorem, a.batch, &dev)?;
+    println!("loss on LOREM_IPSUM: {lorem_before:.4} before, {lorem_after:.4} after");
+    let moved = changed(&before, &snapshot(&store)?);
+    println!("tensors that changed: {moved:?}");
+    check(
+        moved.iter().all(|n| tuned.contains(n)),
+        "every frozen tensor is bit-identical after fine-tuning",
+        &mut failures,
+    );
+
+    // 5. Ship the tuned tensors as an adapter; base + adapter gives the
+    //    fine-tuned model back.
+    let keep = tuned.clone();
+    let report = store.save_sharded(
+        &adapter_dir,
+        &SaveOptions::new().filter(move |k| keep.iter().any(|t| t == k)),
+    )?;
+    println!(
+        "adapter: {} tensors in {}",
+        report.keys.len(),
+        adapter_dir.display()
+    );
+    let fresh = CandleStore::new();
+    fresh.load(&base_dir, &LoadOptions::new().create(true))?;
+    fresh.load(&adapter_dir, &LoadOptions::new().allow_missing(true))?;
+    fresh.seal();
+    let reloaded = Llama::load(fresh.var_builder(DType::F32, &dev), cfg.clone())?;
+    check(
+        fresh.unused()?.is_empty(),
+        "the model asked for every tensor of base + adapter",
+        &mut failures,
+    );
+    let (_, reloaded_bits) = evaluate(&reloaded, lorem, a.batch, &dev)?;
+    check(
+        reloaded_bits == tuned_bits,
+        "base + adapter, loaded again, gives the fine-tuned logits, bit for bit",
+        &mut failures,
+    );
+
+    if a.dir.is_none() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    if !failures.is_empty() {
+        eprintln!("failed: {failures:?}");
+        std::process::exit(1);
+    }
+    Ok(())
+}
