@@ -1,21 +1,18 @@
 #!/usr/bin/env python3
-"""Turn criterion's output into the tables and the chart of docs/benchmarks.md.
+"""Turn criterion's output into the tables of docs/benchmarks.md.
 
 Reads every target/criterion/**/new/{benchmark,estimates}.json (the medians of
-the last run of each benchmark), prints one Markdown table per group with the
-ratios the brief asks for, and writes docs/lookup_depth.svg: lookup time
-against depth, log-log, drawn by hand (no plotting library needed).
+the last run of each benchmark) and prints one Markdown table per group with
+the ratios the brief asks for. The charts are drawn by scripts/charts.py
+(matplotlib).
 
 Usage: python3 scripts/bench_report.py [criterion_dir] [--baseline NAME] > tables.md
 
 With --baseline NAME it reads the run saved by criterion's
-`--save-baseline NAME` (target/criterion/**/NAME/) instead of the last run,
-and leaves docs/lookup_depth.svg alone.
+`--save-baseline NAME` (target/criterion/**/NAME/) instead of the last run.
 """
 
-import html
 import json
-import math
 import pathlib
 import sys
 
@@ -27,7 +24,6 @@ if "--baseline" in ARGS:
     BASELINE = ARGS[i + 1]
     del ARGS[i:i + 2]
 CRIT = pathlib.Path(ARGS[0]) if ARGS else ROOT / "target" / "criterion"
-SVG = ROOT / "docs" / "lookup_depth.svg"
 
 
 def load():
@@ -151,58 +147,6 @@ def pairs(group, funcs):
     return lines
 
 
-def svg(data):
-    """Log-log chart of the root-hit lookup (and candle's full-path get)."""
-    series = []
-    colours = ["#1b6ac9", "#0b9a5c", "#d1495b", "#edae49", "#6d4c9f", "#555555"]
-    rh = data.get("find_var_root_hit", {})
-    for name, label in [("scopetree_sym", "scopetree find_var, Symbol"),
-                        ("scopetree_str", "scopetree find_var, &str"),
-                        ("paddle_style", "Paddle-style FindVar (SipHash)"),
-                        ("paddle_style_fx", "Paddle-style FindVar (Fx hash)")]:
-        if name in rh:
-            series.append((label + ", hit at root", rh[name]))
-    if "resolver_sym" in rh:
-        series.append(("scopetree Resolver::find_var, Symbol, hit at root (cached)", rh["resolver_sym"]))
-    peers = data.get("peers_full_path", {})
-    if "candle_varbuilder_get" in peers:
-        series.append(("candle VarBuilder::get, full path at depth d", peers["candle_varbuilder_get"]))
-    if not series:
-        return
-    w, h, ml, mr, mt, mb = 760, 470, 70, 20, 30, 150
-    xs = sorted({int(p) for _, s in series for p in s})
-    ys = [v for _, s in series for v in s.values()]
-    x0, x1 = math.log10(min(xs)), math.log10(max(xs))
-    y0, y1 = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys)))
-    px = lambda x: ml + (math.log10(x) - x0) / (x1 - x0) * (w - ml - mr)
-    py = lambda y: mt + (1 - (math.log10(y) - y0) / (y1 - y0)) * (h - mt - mb)
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
-           f'font-family="sans-serif" font-size="12">',
-           f'<rect width="{w}" height="{h}" fill="white"/>',
-           f'<text x="{w / 2}" y="18" text-anchor="middle" font-size="14">'
-           'Variable lookup time against scope depth (criterion medians, log-log)</text>']
-    for e in range(y0, y1 + 1):
-        y = py(10 ** e)
-        out.append(f'<line x1="{ml}" x2="{w - mr}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>')
-        out.append(f'<text x="{ml - 6}" y="{y + 4:.1f}" text-anchor="end">{fmt(10 ** e)}</text>')
-    for x in xs:
-        out.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{mt}" y2="{h - mb}" stroke="#eee"/>')
-        out.append(f'<text x="{px(x):.1f}" y="{h - mb + 16}" text-anchor="middle">{x}</text>')
-    out.append(f'<text x="{(ml + w - mr) / 2}" y="{h - mb + 34}" text-anchor="middle">'
-               'depth d of the scope the lookup starts from</text>')
-    for i, (label, s) in enumerate(series):
-        c = colours[i % len(colours)]
-        pts = " ".join(f"{px(int(p)):.1f},{py(v):.1f}" for p, v in sorted(s.items(), key=lambda kv: int(kv[0])))
-        out.append(f'<polyline fill="none" stroke="{c}" stroke-width="2" points="{pts}"/>')
-        for p, v in s.items():
-            out.append(f'<circle cx="{px(int(p)):.1f}" cy="{py(v):.1f}" r="3" fill="{c}"/>')
-        ly = h - mb + 56 + i * 16
-        out.append(f'<line x1="{ml}" x2="{ml + 24}" y1="{ly - 4}" y2="{ly - 4}" stroke="{c}" stroke-width="2"/>')
-        out.append(f'<text x="{ml + 30}" y="{ly}">{html.escape(label)}</text>')
-    out.append("</svg>")
-    SVG.write_text("\n".join(out) + "\n")
-
-
 def main():
     data = load()
     order = ["find_var_root_hit", "find_var_local_hit", "find_var_miss", "find_var_width",
@@ -213,8 +157,6 @@ def main():
             continue
         lines = pairs(g, data[g]) if g in PAIRS else pivot(g, data[g])
         print("\n".join(lines) + "\n")
-    if BASELINE is None:
-        svg(data)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Draws the charts of README.md and docs/benchmarks.md with matplotlib, as SVG.
+
+- docs/lookup_depth.svg: lookup time against scope depth, from criterion's
+  JSON (target/criterion/**/new/): `find_var_root_hit` of
+  `cargo bench --bench lookup` (scopetree's find_var, the Paddle-style scope,
+  the index-chase floor) and `peers_full_path` of
+  `cargo bench -p scopetree-peers --bench peers` (candle's VarBuilder::get
+  of a full name, scopetree's find_var of the same variable).
+- docs/bucket_sweep.svg and docs/ranks_steps.svg: from docs/data/ranks.json,
+  which scripts/ranks_runs.py writes (MPI runs are not criterion's).
+
+Usage: pip install matplotlib; python3 scripts/charts.py [criterion_dir]
+"""
+
+import json
+import pathlib
+import sys
+
+import matplotlib
+
+matplotlib.use("svg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CRIT = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "target" / "criterion"
+DOCS = ROOT / "docs"
+plt.rcParams["svg.hashsalt"] = "scopetree"  # stable ids: the same data give the same file
+plt.rcParams["svg.fonttype"] = "none"
+
+
+def criterion():
+    """{group: {function: {depth: median_ns}}}"""
+    out = {}
+    for bench in CRIT.glob("**/new/benchmark.json"):
+        meta = json.loads(bench.read_text())
+        est = json.loads((bench.parent / "estimates.json").read_text())
+        param = meta.get("value_str")
+        if param is None or not param.isdigit():
+            continue
+        func = meta.get("function_id") or meta["group_id"]
+        out.setdefault(meta["group_id"], {}).setdefault(func, {})[int(param)] = est["median"]["point_estimate"]
+    return out
+
+
+def lookup_depth(data):
+    series = [
+        ("find_var_root_hit", "scopetree_sym", "scopetree find_var (Symbol), hit at the root", "-o"),
+        ("find_var_root_hit", "scopetree_str", "scopetree find_var (&str), hit at the root", "-s"),
+        ("find_var_root_hit", "paddle_style", "Paddle-style FindVar, hit at the root", "-^"),
+        ("find_var_root_hit", "index_chase_floor", "floor: one dependent load per level", ":"),
+        ("peers_full_path", "candle_varbuilder_get", "candle VarBuilder::get, full name at depth d", "-d"),
+        ("peers_full_path", "scopetree_find_var", "scopetree find_var, same variable (peers run)", "--o"),
+    ]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    drawn = 0
+    for group, func, label, style in series:
+        pts = data.get(group, {}).get(func)
+        if not pts:
+            continue
+        xs = sorted(pts)
+        ax.plot(xs, [pts[x] for x in xs], style, label=label)
+        drawn += 1
+    if not drawn:
+        print("no lookup data in", CRIT, "- run the lookup and peers benches first")
+        plt.close(fig)
+        return
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("depth d of the scope the lookup starts from")
+    ax.set_ylabel("time per lookup (ns, criterion median)")
+    ax.set_title("Variable lookup time against scope depth")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(DOCS / "lookup_depth.svg", metadata={"Date": None})
+    plt.close(fig)
+    print("wrote docs/lookup_depth.svg")
+
+
+def ranks_charts():
+    path = DOCS / "data" / "ranks.json"
+    if not path.exists():
+        print("no", path, "- run scripts/ranks_runs.py first")
+        return
+    data = json.loads(path.read_text())
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for b in data["ranks_bench"]:
+        xs = [x["mib"] for x in b["buckets"]]
+        ax.plot(xs, [x["ms"] for x in b["buckets"]], "-o", label=f"SyncPlan::all_reduce, {b['ranks']} ranks")
+        ax.axhline(b["raw_ms"], linestyle=":", color=ax.lines[-1].get_color(),
+                   label=f"one raw MPI_Allreduce of the same {b['mb']} MB, {b['ranks']} ranks")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bucket size (MiB)")
+    ax.set_ylabel("time per all-reduce (ms, median)")
+    ax.set_title("All-reduce of 300 gradient tensors (100 MB) against bucket size")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(DOCS / "bucket_sweep.svg", metadata={"Date": None})
+    plt.close(fig)
+
+    steps = data["train_rnn_steps_per_s"]
+    ranks = [(1, "1 rank x 1 worker"), (2, "2 ranks x 1 worker"), (4, "4 ranks x 1 worker")]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = [n for n, k in ranks if k in steps]
+    ax.bar([str(n) for n in xs], [steps[k]["median"] for n, k in ranks if k in steps], color="#1b6ac9")
+    if "1 process x 2 workers" in steps:
+        ax.axhline(steps["1 process x 2 workers"]["median"], linestyle="--", color="#d1495b",
+                   label="1 process x 2 worker threads")
+        ax.legend(fontsize=8)
+    ax.set_xlabel("ranks (processes under mpirun, 1 worker each; 2 cores)")
+    ax.set_ylabel("training steps/s (median)")
+    ax.set_title("train_rnn across processes")
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(DOCS / "ranks_steps.svg", metadata={"Date": None})
+    plt.close(fig)
+    print("wrote docs/bucket_sweep.svg and docs/ranks_steps.svg")
+
+
+if __name__ == "__main__":
+    lookup_depth(criterion())
+    ranks_charts()
