@@ -8,7 +8,7 @@ use super::error::Error;
 use super::plan::{Same, SyncPlan, settle, show_count};
 use crate::ScopeTree;
 use crate::checkpoint::{
-    self, LoadOptions, LoadReport, Mismatch, SaveOptions, SaveReport, Separator,
+    self, Dtype, LoadOptions, LoadReport, Mismatch, SaveOptions, SaveReport, Separator,
 };
 
 impl SyncPlan {
@@ -146,52 +146,67 @@ impl SyncPlan {
         let mut file = checkpoint::inspect(path)?;
         // Keys the plan's filter leaves out are ignored, as a load ignores them.
         file.retain(|t| self.filter().is_none_or(|keep| keep(&t.key)));
-        file.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        let entries = self.manifest().entries();
-        let (mut missing, mut unexpected, mut mismatched) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut i, mut j) = (0, 0);
-        let mut flat = self.flat();
-        while i < entries.len() || j < file.len() {
-            match (entries.get(i), file.get(j)) {
-                (Some(e), Some(f)) if e.key == f.key => {
-                    let is_flat = flat.next().unwrap_or(false);
-                    let fits = if is_flat {
-                        e.shape.iter().product::<usize>() == f.shape.iter().product::<usize>()
-                    } else {
-                        e.shape == f.shape
-                    };
-                    if e.dtype != f.dtype || !fits {
-                        mismatched.push(Mismatch {
-                            key: e.key.clone(),
-                            file: format!("{:?} {:?}", f.dtype, f.shape),
-                            tree: format!("{:?} {:?}", e.dtype, e.shape),
-                        });
-                    }
-                    i += 1;
-                    j += 1;
-                }
-                (Some(e), f) if f.is_none_or(|f| e.key < f.key) => {
-                    flat.next();
-                    missing.push(e.key.clone());
-                    i += 1;
-                }
-                (_, Some(f)) => {
-                    unexpected.push(f.key.clone());
-                    j += 1;
-                }
-                (_, None) => break,
-            }
-        }
-        if missing.is_empty() && unexpected.is_empty() && mismatched.is_empty() {
-            return Ok(());
-        }
-        Err(checkpoint::Error::Mismatch {
-            path: crate::short::path(&path.to_string_lossy()),
-            missing,
-            unexpected,
-            mismatched,
-            unassigned: Vec::new(),
-        }
-        .into())
+        let mine = self
+            .manifest()
+            .entries()
+            .iter()
+            .zip(self.flat())
+            .map(|(e, flat)| (e.key.as_str(), e.dtype, e.shape.as_slice(), flat));
+        header_fits(path, file, mine)
     }
+}
+
+/// Checks a file's tensors against `mine` (key, dtype, shape, and whether
+/// only the element count must match, in key order): the same keys, dtypes
+/// and shapes, else one [`Mismatch`](checkpoint::Error::Mismatch) naming
+/// every difference. O(header + sort).
+pub(super) fn header_fits<'a>(
+    path: &Path,
+    mut file: Vec<checkpoint::FileTensor>,
+    mine: impl Iterator<Item = (&'a str, Dtype, &'a [usize], bool)>,
+) -> Result<(), Error> {
+    file.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    let entries: Vec<_> = mine.collect();
+    let (mut missing, mut unexpected, mut mismatched) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    while i < entries.len() || j < file.len() {
+        match (entries.get(i), file.get(j)) {
+            (Some(&(key, dtype, shape, flat)), Some(f)) if key == f.key => {
+                let fits = if flat {
+                    shape.iter().product::<usize>() == f.shape.iter().product::<usize>()
+                } else {
+                    shape == f.shape.as_slice()
+                };
+                if dtype != f.dtype || !fits {
+                    mismatched.push(Mismatch {
+                        key: key.to_owned(),
+                        file: format!("{:?} {:?}", f.dtype, f.shape),
+                        tree: format!("{dtype:?} {shape:?}"),
+                    });
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(&(key, ..)), f) if f.is_none_or(|f| key < f.key.as_str()) => {
+                missing.push(key.to_owned());
+                i += 1;
+            }
+            (_, Some(f)) => {
+                unexpected.push(f.key.clone());
+                j += 1;
+            }
+            (_, None) => break,
+        }
+    }
+    if missing.is_empty() && unexpected.is_empty() && mismatched.is_empty() {
+        return Ok(());
+    }
+    Err(checkpoint::Error::Mismatch {
+        path: crate::short::path(&path.to_string_lossy()),
+        missing,
+        unexpected,
+        mismatched,
+        unassigned: Vec::new(),
+    }
+    .into())
 }

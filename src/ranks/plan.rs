@@ -135,7 +135,7 @@ impl PlanOptions {
     }
 
     /// The bucket capacity in elements of `size` bytes. O(1).
-    fn cap(&self, size: usize) -> usize {
+    pub(super) fn cap(&self, size: usize) -> usize {
         (self.bucket_bytes / size).clamp(1, MAX_COUNT)
     }
 }
@@ -149,7 +149,7 @@ struct Slot {
 }
 
 /// A float type a plan reduces.
-trait Float: Pod + std::ops::Div<Output = Self> {
+pub(super) trait Float: Pod + std::ops::Div<Output = Self> {
     const DTYPE: Dtype;
     fn sum<C: Collective + ?Sized>(comm: &C, send: &[Self], recv: &mut [Self])
     -> Result<(), Error>;
@@ -178,23 +178,55 @@ impl Float for f64 {
     }
 }
 
+/// Where a plan's values live, seen as native bytes: the tree's variables,
+/// or a candle store's tensors. `var` is the variable's index in the plan,
+/// `at` a byte offset within it.
+pub(super) trait Values {
+    /// Copies the bytes `at..at + into.len()` of variable `var` into `into`.
+    fn read(&mut self, var: usize, at: usize, into: &mut [u8]) -> Result<(), Error>;
+    /// Copies `from` over the bytes `at..at + from.len()` of variable `var`.
+    fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error>;
+}
+
+/// The variables of a tree plan.
+struct InTree<'a> {
+    tree: &'a mut ScopeTree,
+    slots: &'a [Slot],
+}
+
+impl Values for InTree<'_> {
+    fn read(&mut self, var: usize, at: usize, into: &mut [u8]) -> Result<(), Error> {
+        let slot = self.slots[var];
+        let bytes = (slot.access.bytes)(self.tree, slot.id)?;
+        into.copy_from_slice(&bytes[at..at + into.len()]);
+        Ok(())
+    }
+    fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error> {
+        let slot = self.slots[var];
+        let bytes = (slot.access.bytes_mut)(self.tree, slot.id)?;
+        bytes[at..at + from.len()].copy_from_slice(from);
+        Ok(())
+    }
+}
+
 /// The buckets and buffers of one float type.
 #[derive(Default)]
-struct Lane<F> {
+pub(super) struct Lane<F> {
     buckets: Buckets,
     send: Vec<F>,
     recv: Vec<F>,
 }
 
 impl<F: Float> Lane<F> {
-    fn new(slots: &[Slot], opts: &PlanOptions) -> Self {
+    /// The buckets of the variables of type `F` among `vars` (dtype and
+    /// bytes, in plan order). O(variables + buckets); allocates the two
+    /// buffers of one bucket.
+    pub(super) fn new(vars: impl Iterator<Item = (Dtype, usize)>, opts: &PlanOptions) -> Self {
         let size = std::mem::size_of::<F>();
         let buckets = Buckets::cut(
-            slots
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.access.dtype == F::DTYPE)
-                .map(|(i, s)| (i, s.nbytes / size)),
+            vars.enumerate()
+                .filter(|(_, (dtype, _))| *dtype == F::DTYPE)
+                .map(|(i, (_, nbytes))| (i, nbytes / size)),
             opts.cap(size),
         );
         let n = buckets.longest();
@@ -205,21 +237,26 @@ impl<F: Float> Lane<F> {
         }
     }
 
+    /// How many all-reduce calls one reduction makes. O(1).
+    pub(super) fn calls(&self) -> usize {
+        self.buckets.buckets.len()
+    }
+
     /// Sums (or averages) every bucket over the ranks, in place.
-    fn reduce<C: Collective + ?Sized>(
+    /// Allocates nothing; O(bytes) of copies.
+    pub(super) fn reduce<C: Collective + ?Sized>(
         &mut self,
         comm: &C,
-        tree: &mut ScopeTree,
-        slots: &[Slot],
+        values: &mut impl Values,
         op: Reduce,
     ) -> Result<(), Error> {
         let ranks = F::of_count(comm.size());
+        let size = std::mem::size_of::<F>();
         for (range, len) in &self.buckets.buckets {
             let segments = &self.buckets.segments[range.clone()];
             for s in segments {
-                let slot = slots[s.var];
-                let elems: &[F] = cast((slot.access.bytes)(tree, slot.id)?)?;
-                self.send[s.at..s.at + s.len].copy_from_slice(&elems[s.start..s.start + s.len]);
+                let into = bytemuck::cast_slice_mut(&mut self.send[s.at..s.at + s.len]);
+                values.read(s.var, s.start * size, into)?;
             }
             let recv = &mut self.recv[..*len];
             F::sum(comm, &self.send[..*len], recv)?;
@@ -229,27 +266,42 @@ impl<F: Float> Lane<F> {
                 }
             }
             for s in segments {
-                let slot = slots[s.var];
-                let elems: &mut [F] = cast_mut((slot.access.bytes_mut)(tree, slot.id)?)?;
-                elems[s.start..s.start + s.len].copy_from_slice(&recv[s.at..s.at + s.len]);
+                let from = bytemuck::cast_slice(&recv[s.at..s.at + s.len]);
+                values.write(s.var, s.start * size, from)?;
             }
         }
         Ok(())
     }
 }
 
-fn cast<F: Pod>(bytes: &[u8]) -> Result<&[F], Error> {
-    bytemuck::try_cast_slice(bytes).map_err(|e| Error::BadBuffers {
-        op: "all-reduce",
-        reason: e.to_string(),
-    })
-}
-
-fn cast_mut<F: Pod>(bytes: &mut [u8]) -> Result<&mut [F], Error> {
-    bytemuck::try_cast_slice_mut(bytes).map_err(|e| Error::BadBuffers {
-        op: "all-reduce",
-        reason: e.to_string(),
-    })
+/// Copies every variable's bytes on rank `root` to every rank, one bucket
+/// of at most `cap` bytes per broadcast; `nbytes` gives the variables'
+/// sizes in plan order. Allocates one bucket. O(bytes) per rank.
+pub(super) fn broadcast_values<C: Collective + ?Sized>(
+    comm: &C,
+    root: usize,
+    nbytes: impl Iterator<Item = usize>,
+    cap: usize,
+    values: &mut impl Values,
+) -> Result<(), Error> {
+    let buckets = Buckets::cut(nbytes.enumerate(), cap);
+    let mut buf = vec![0_u8; buckets.longest()];
+    let me = comm.rank() == root;
+    for (range, len) in &buckets.buckets {
+        let segments = &buckets.segments[range.clone()];
+        if me {
+            for s in segments {
+                values.read(s.var, s.start, &mut buf[s.at..s.at + s.len])?;
+            }
+        }
+        comm.broadcast_bytes(root, &mut buf[..*len])?;
+        if !me {
+            for s in segments {
+                values.write(s.var, s.start, &buf[s.at..s.at + s.len])?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The variables of one scope, as every rank agreed on them, with the
@@ -377,21 +429,7 @@ impl SyncPlan {
         opts: &PlanOptions,
         bound: Result<Bound, Error>,
     ) -> Result<Self, Error> {
-        // A local error goes through the exchange, so that no rank waits for
-        // one that returned.
-        let bound = if opts.bucket_bytes == 0 {
-            Err(Error::BadOption {
-                reason: "a bucket of 0 bytes; pass at least one element's size \
-                         (the default is 25 MiB)"
-                    .into(),
-            })
-        } else {
-            bound
-        };
-        let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
-        let same: Same = ("bucket sizes", opts.bucket_bytes as u64, show_count);
-        let bound = settle(comm, &mut gathered, "building the plan", bound, Some(same))?;
-        bound.manifest.agree(comm)?;
+        let (bound, gathered) = start(comm, opts, bound, |b| &b.manifest)?;
         let slots: Vec<Slot> = bound
             .vars
             .iter()
@@ -406,8 +444,8 @@ impl SyncPlan {
             first_not_float: slots
                 .iter()
                 .position(|s| !matches!(s.access.dtype, Dtype::F32 | Dtype::F64)),
-            f32s: Lane::new(&slots, opts),
-            f64s: Lane::new(&slots, opts),
+            f32s: Lane::new(slots.iter().map(|s| (s.access.dtype, s.nbytes)), opts),
+            f64s: Lane::new(slots.iter().map(|s| (s.access.dtype, s.nbytes)), opts),
             byte_cap: opts.cap(1),
             digests: vec![0; slots.len()],
             manifest: bound.manifest,
@@ -457,7 +495,7 @@ impl SyncPlan {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn reduce_buckets(&self) -> usize {
-        self.f32s.buckets.buckets.len() + self.f64s.buckets.buckets.len()
+        self.f32s.calls() + self.f64s.calls()
     }
 
     /// The plan's filter, if any.
@@ -532,31 +570,15 @@ impl SyncPlan {
     ) -> Result<(), Error> {
         let same: Same = ("roots", root as u64, show_count);
         self.check_slots(comm, tree, "broadcast", check_root(root, comm.size()), same)?;
-        let buckets = Buckets::cut(
-            self.slots.iter().map(|s| s.nbytes).enumerate(),
+        let slots = &self.slots;
+        let nbytes = slots.iter().map(|s| s.nbytes);
+        broadcast_values(
+            comm,
+            root,
+            nbytes,
             self.byte_cap,
-        );
-        let mut buf = vec![0_u8; buckets.longest()];
-        let me = comm.rank() == root;
-        for (range, len) in &buckets.buckets {
-            let segments = &buckets.segments[range.clone()];
-            if me {
-                for s in segments {
-                    let slot = self.slots[s.var];
-                    let bytes = (slot.access.bytes)(tree, slot.id)?;
-                    buf[s.at..s.at + s.len].copy_from_slice(&bytes[s.start..s.start + s.len]);
-                }
-            }
-            comm.broadcast_bytes(root, &mut buf[..*len])?;
-            if !me {
-                for s in segments {
-                    let slot = self.slots[s.var];
-                    let bytes = (slot.access.bytes_mut)(tree, slot.id)?;
-                    bytes[s.start..s.start + s.len].copy_from_slice(&buf[s.at..s.at + s.len]);
-                }
-            }
-        }
-        Ok(())
+            &mut InTree { tree, slots },
+        )
     }
 
     /// Sums (or averages, [`Reduce::Mean`]) every variable over the ranks,
@@ -605,14 +627,11 @@ impl SyncPlan {
                 wanted: FLOATS,
             });
         }
-        let code = match op {
-            Reduce::Sum => 0,
-            Reduce::Mean => 1,
-        };
-        let same: Same = ("reductions", code, show_reduce);
-        self.check_slots(comm, tree, "all-reduce", Ok(()), same)?;
-        self.f32s.reduce(comm, tree, &self.slots, op)?;
-        self.f64s.reduce(comm, tree, &self.slots, op)
+        self.check_slots(comm, tree, "all-reduce", Ok(()), op.same())?;
+        let slots = &self.slots;
+        let mut values = InTree { tree, slots };
+        self.f32s.reduce(comm, &mut values, op)?;
+        self.f64s.reduce(comm, &mut values, op)
     }
 
     /// This rank's digest of the variables' bytes: a hash of each value's
@@ -635,7 +654,6 @@ impl SyncPlan {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn digest(&mut self, tree: &ScopeTree) -> Result<Digest, Error> {
-        let mut all = FxHasher::default();
         for ((s, d), e) in self
             .slots
             .iter()
@@ -650,12 +668,9 @@ impl SyncPlan {
                     scope: self.manifest.scope().to_owned(),
                     reason: "another type or length than planned".into(),
                 })?;
-            let mut h = FxHasher::default();
-            h.write(bytes);
-            *d = h.finish();
-            all.write_u64(*d);
+            *d = hash_bytes(bytes);
         }
-        Ok(digest_parts(all.finish(), self.slots.len() as u64))
+        Ok(digest_of_hashes(&self.digests))
     }
 
     /// Checks that every rank holds bit-identical values: the ranks
@@ -685,57 +700,119 @@ impl SyncPlan {
         tree: &ScopeTree,
     ) -> Result<(), Error> {
         let local = self.digest(tree);
-        let mine = settle(comm, &mut self.gathered, "consistency check", local, None)?;
-        comm.all_gather_digest(&mine, &mut self.gathered)?;
-        if self.gathered.iter().all(|d| *d == mine) {
-            return Ok(());
-        }
-        // Every rank's per-variable hashes, rank by rank.
-        let n = self.digests.len();
-        let mut mine_bytes: Vec<u8> = self.digests.iter().flat_map(|d| d.to_le_bytes()).collect();
-        let mut all: Vec<Vec<u64>> = Vec::with_capacity(comm.size());
-        for r in 0..comm.size() {
-            let mut buf = if r == comm.rank() {
-                std::mem::take(&mut mine_bytes)
-            } else {
-                vec![0_u8; n * 8]
-            };
-            comm.broadcast_bytes(r, &mut buf)?;
-            all.push(
-                buf.chunks_exact(8)
-                    .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
-                    .collect(),
-            );
-        }
-        let first = (0..n).find(|&i| all.iter().any(|d| d[i] != all[0][i]));
-        let (key, sides) = match first {
-            Some(i) => {
-                let mut sides: Vec<(u64, Vec<usize>)> = Vec::new();
-                for (r, d) in all.iter().enumerate() {
-                    match sides.iter_mut().find(|(h, _)| *h == d[i]) {
-                        Some((_, ranks)) => ranks.push(r),
-                        None => sides.push((d[i], vec![r])),
-                    }
-                }
-                let sides = sides
-                    .into_iter()
-                    .map(|(h, ranks)| (format!("bytes with hash {h:#018x}"), ranks))
-                    .collect();
-                (self.manifest.entries()[i].key.clone(), sides)
-            }
-            // Unreachable while every rank runs one build: equal
-            // per-variable hashes make equal digests.
-            None => (
-                "(no single variable: the digests differ)".to_owned(),
-                vec![("another digest".to_owned(), (0..comm.size()).collect())],
-            ),
-        };
-        Err(Error::Diverged {
-            scope: self.manifest.scope().to_owned(),
-            key,
-            sides,
-        })
+        compare_values(
+            comm,
+            &mut self.gathered,
+            &self.digests,
+            &self.manifest,
+            local,
+        )
     }
+}
+
+/// Starts a plan on every rank: checks the bucket size, exchanges the
+/// outcome of the local work `local` (so that no rank waits for one that
+/// returned) and the bucket sizes, then agrees on the manifest `of`
+/// `local`'s value. Returns the value and a buffer of one digest per rank.
+/// A collective call.
+pub(super) fn start<C: Collective + ?Sized, T>(
+    comm: &C,
+    opts: &PlanOptions,
+    local: Result<T, Error>,
+    of: impl Fn(&T) -> &Manifest,
+) -> Result<(T, Vec<Digest>), Error> {
+    let local = if opts.bucket_bytes == 0 {
+        Err(Error::BadOption {
+            reason: "a bucket of 0 bytes; pass at least one element's size \
+                     (the default is 25 MiB)"
+                .into(),
+        })
+    } else {
+        local
+    };
+    let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
+    let same: Same = ("bucket sizes", opts.bucket_bytes as u64, show_count);
+    let value = settle(comm, &mut gathered, "building the plan", local, Some(same))?;
+    of(&value).agree(comm)?;
+    Ok((value, gathered))
+}
+
+/// The hash of one variable's bytes, as a digest of values counts it.
+pub(super) fn hash_bytes(bytes: &[u8]) -> u64 {
+    let mut h = FxHasher::default();
+    h.write(bytes);
+    h.finish()
+}
+
+/// The digest of the per-variable hashes `digests`.
+pub(super) fn digest_of_hashes(digests: &[u64]) -> Digest {
+    let mut all = FxHasher::default();
+    for d in digests {
+        all.write_u64(*d);
+    }
+    digest_parts(all.finish(), digests.len() as u64)
+}
+
+/// The consistency check across ranks once each rank has hashed its values
+/// (`digests`, one per variable of `manifest`, and their digest `local`):
+/// see [`SyncPlan::check_consistency`]. A collective call.
+pub(super) fn compare_values<C: Collective + ?Sized>(
+    comm: &C,
+    gathered: &mut [Digest],
+    digests: &[u64],
+    manifest: &Manifest,
+    local: Result<Digest, Error>,
+) -> Result<(), Error> {
+    let mine = settle(comm, gathered, "consistency check", local, None)?;
+    comm.all_gather_digest(&mine, gathered)?;
+    if gathered.iter().all(|d| *d == mine) {
+        return Ok(());
+    }
+    // Every rank's per-variable hashes, rank by rank.
+    let n = digests.len();
+    let mut mine_bytes: Vec<u8> = digests.iter().flat_map(|d| d.to_le_bytes()).collect();
+    let mut all: Vec<Vec<u64>> = Vec::with_capacity(comm.size());
+    for r in 0..comm.size() {
+        let mut buf = if r == comm.rank() {
+            std::mem::take(&mut mine_bytes)
+        } else {
+            vec![0_u8; n * 8]
+        };
+        comm.broadcast_bytes(r, &mut buf)?;
+        all.push(
+            buf.chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+                .collect(),
+        );
+    }
+    let first = (0..n).find(|&i| all.iter().any(|d| d[i] != all[0][i]));
+    let (key, sides) = match first {
+        Some(i) => {
+            let mut sides: Vec<(u64, Vec<usize>)> = Vec::new();
+            for (r, d) in all.iter().enumerate() {
+                match sides.iter_mut().find(|(h, _)| *h == d[i]) {
+                    Some((_, ranks)) => ranks.push(r),
+                    None => sides.push((d[i], vec![r])),
+                }
+            }
+            let sides = sides
+                .into_iter()
+                .map(|(h, ranks)| (format!("bytes with hash {h:#018x}"), ranks))
+                .collect();
+            (manifest.entries()[i].key.clone(), sides)
+        }
+        // Unreachable while every rank runs one build: equal
+        // per-variable hashes make equal digests.
+        None => (
+            "(no single variable: the digests differ)".to_owned(),
+            vec![("another digest".to_owned(), (0..comm.size()).collect())],
+        ),
+    };
+    Err(Error::Diverged {
+        scope: manifest.scope().to_owned(),
+        key,
+        sides,
+    })
 }
 
 /// An argument every rank must pass alike: its name, its value here, and
@@ -794,8 +871,19 @@ pub(crate) fn show_count(v: u64) -> String {
     v.to_string()
 }
 
+impl Reduce {
+    /// The reduction as an argument every rank must pass alike.
+    pub(super) fn same(self) -> Same {
+        let code = match self {
+            Reduce::Sum => 0,
+            Reduce::Mean => 1,
+        };
+        ("reductions", code, show_reduce)
+    }
+}
+
 /// A [`Reduce`] sent as a number, as a message shows it.
-fn show_reduce(v: u64) -> String {
+pub(super) fn show_reduce(v: u64) -> String {
     match v {
         0 => "Reduce::Sum".to_owned(),
         1 => "Reduce::Mean".to_owned(),
