@@ -427,6 +427,15 @@ impl CandleStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn trainable_vars(&self, prefix: &str) -> Result<Vec<Var>, Error> {
+        Ok(self
+            .trainable_named(prefix)?
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect())
+    }
+
+    /// [`trainable_vars`](Self::trainable_vars) with their dotted names.
+    pub(crate) fn trainable_named(&self, prefix: &str) -> Result<Vec<(String, Var)>, Error> {
         check_prefix(prefix)?;
         let inner = self.lock();
         Ok(inner
@@ -435,7 +444,7 @@ impl CandleStore {
             .filter(|(k, id, _)| {
                 within(k, prefix) && !inner.is_frozen(k) && inner.created_trainable(*id)
             })
-            .map(|(.., v)| v)
+            .map(|(k, _, v)| (k, v))
             .collect())
     }
 

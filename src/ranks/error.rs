@@ -32,6 +32,13 @@ pub enum Error {
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::Error),
 
+    /// The candle store failed on this rank: listing its variables, making
+    /// a tensor, saving or loading it (boxed: candle's errors are large).
+    #[cfg(feature = "candle")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
+    #[error(transparent)]
+    Candle(Box<crate::candle::Error>),
+
     /// A variable under the synchronised scope holds a value the ranks layer
     /// cannot send (or no value). Nothing was sent.
     #[error(
@@ -180,6 +187,13 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+}
+
+#[cfg(feature = "candle")]
+impl From<crate::candle::Error> for Error {
+    fn from(e: crate::candle::Error) -> Self {
+        Error::Candle(Box::new(e))
+    }
 }
 
 /// `F32 [3, 4] on ranks 0-2, 5; absent on rank 3`, at most [`SHOWN`] groups.

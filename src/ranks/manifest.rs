@@ -130,6 +130,14 @@ impl Manifest {
         Ok(bind_store(store, None)?.manifest)
     }
 
+    /// A manifest of `entries`, sorted here by key, under the scope path
+    /// `scope`. O(n log n).
+    #[cfg(feature = "candle")]
+    pub(crate) fn from_entries(scope: String, mut entries: Vec<ManifestEntry>) -> Self {
+        entries.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        Self { scope, entries }
+    }
+
     /// The entries, sorted by full name. O(1).
     ///
     /// ```

@@ -53,6 +53,8 @@
 
 mod access;
 mod buckets;
+#[cfg(feature = "candle")]
+mod candle;
 mod checkpoint;
 mod collective;
 mod error;
@@ -61,6 +63,8 @@ mod manifest;
 mod mpi;
 mod plan;
 
+#[cfg(feature = "candle")]
+pub use candle::CandlePlan;
 pub use collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};
 pub use error::Error;
 pub use manifest::{Manifest, ManifestEntry};

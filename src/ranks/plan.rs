@@ -134,6 +134,12 @@ impl PlanOptions {
         self.bucket_bytes
     }
 
+    /// Whether the plan keeps the variable `key` (no filter keeps all). O(filter).
+    #[cfg(feature = "candle")]
+    pub(super) fn keeps(&self, key: &str) -> bool {
+        self.filter.as_ref().is_none_or(|keep| keep(key))
+    }
+
     /// The bucket capacity in elements of `size` bytes. O(1).
     pub(super) fn cap(&self, size: usize) -> usize {
         (self.bucket_bytes / size).clamp(1, MAX_COUNT)

@@ -1,0 +1,718 @@
+//! [`CandlePlan`]: a [`CandleStore`]'s trainable variables across ranks
+//! (features `candle` and, for MPI, `mpi`): agreement on their manifest,
+//! broadcast of their values, all-reduce of their gradients in a candle
+//! `GradStore`, the consistency check and checkpoints, with the buckets and
+//! agreement of the tree plans.
+
+use std::path::Path;
+
+use candle_core::backprop::GradStore;
+use candle_core::{CpuStorage, DType, Device, Storage, Tensor, Var};
+
+use super::checkpoint::header_fits;
+use super::collective::{Collective, Digest, check_root};
+use super::error::Error;
+use super::manifest::{Manifest, ManifestEntry};
+use super::plan::{
+    Lane, PlanOptions, Reduce, Same, Values, broadcast_values, compare_values, digest_of_hashes,
+    hash_bytes, settle, show_count, start,
+};
+use crate::candle::CandleStore;
+use crate::checkpoint::{self, Dtype, LoadOptions, LoadReport, SaveReport};
+
+/// What a candle plan accepts, for error messages.
+const CANDLE_FLOATS: &str = "the ranks layer synchronises candle variables of F32 or F64; \
+     freeze the variable (CandleStore::freeze) or leave it out with PlanOptions::filter";
+
+/// A [`CandleStore`]'s trainable variables (not frozen, in name order), as
+/// every rank agreed on them, with the buckets and buffers to synchronise
+/// them step after step: [`broadcast`](Self::broadcast) the values from a
+/// root rank, [`all_reduce`](Self::all_reduce) the gradients of a candle
+/// `GradStore` after `backward`, [`check_consistency`](Self::check_consistency)
+/// of the values, and checkpoints ([`save_on_root`](Self::save_on_root),
+/// [`load_on_all`](Self::load_on_all)). It is [`SyncPlan`](super::SyncPlan)
+/// for candle: the same manifest agreement (names are candle's dotted
+/// names), buckets, argument checks and errors.
+///
+/// The plan holds the `Var`s it was built on (clones share the storage with
+/// the model and the optimizer): build it after the model, and again after
+/// rebuilding the model. Every call is a collective call: every rank makes
+/// it, in the same order. Variables must be `F32` or `F64`; those on another
+/// device than the CPU are copied through the host (only the CPU was tested).
+///
+/// ```
+/// use candle_core::{DType, Device, Module, Tensor};
+/// use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+/// use scopetree::candle::CandleStore;
+/// use scopetree::ranks::{CandlePlan, PlanOptions, Reduce, SingleProcess};
+///
+/// let world = SingleProcess; // or `universe.world()` under MPI
+/// let store = CandleStore::new();
+/// let model = candle_nn::linear(3, 1, store.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
+/// let mut plan = CandlePlan::new(&world, &store, &PlanOptions::new())?;
+/// plan.broadcast(&world, 0)?; // every rank starts from rank 0's values
+/// let mut opt = AdamW::new(plan.vars().to_vec(), ParamsAdamW::default())?;
+/// let x = Tensor::ones((4, 3), DType::F32, &Device::Cpu)?; // this rank's share of the batch
+/// let loss = model.forward(&x)?.sqr()?.mean_all()?;
+/// let mut grads = loss.backward()?;
+/// plan.all_reduce(&world, &mut grads, Reduce::Mean)?;
+/// opt.step(&grads)?;
+/// plan.check_consistency(&world)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
+pub struct CandlePlan {
+    manifest: Manifest,
+    /// The variables, in manifest order.
+    vars: Vec<Var>,
+    /// Each variable's size in bytes.
+    nbytes: Vec<usize>,
+    f32s: Lane<f32>,
+    f64s: Lane<f64>,
+    byte_cap: usize,
+    /// Per-variable digests of the last consistency check.
+    digests: Vec<u64>,
+    /// One digest per rank, for status exchanges and checks.
+    gathered: Vec<Digest>,
+    /// The tensors one call reads, one per variable (`None`: zeros);
+    /// emptied after each call, its capacity kept.
+    sources: Vec<Option<Tensor>>,
+    /// How many ranks hold a gradient of each variable: sent, and summed.
+    present: Vec<f64>,
+    present_sum: Vec<f64>,
+}
+
+impl std::fmt::Debug for CandlePlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CandlePlan")
+            .field("vars", &self.vars.len())
+            .field("reduce_buckets", &self.reduce_buckets())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A candle error on the variable `key`.
+fn candle(key: &str, source: candle_core::Error) -> Error {
+    Error::from(crate::candle::Error::Candle {
+        name: key.to_owned(),
+        source,
+    })
+}
+
+/// `t` as a contiguous CPU tensor: itself (an `Arc` clone) when it is one
+/// already, else a copy.
+fn on_host(t: &Tensor) -> candle_core::Result<Tensor> {
+    if t.device().is_cpu() && t.is_contiguous() {
+        Ok(t.clone())
+    } else {
+        t.to_device(&Device::Cpu)?.contiguous()
+    }
+}
+
+/// Runs `f` on the native bytes of a contiguous CPU tensor of `F32` or
+/// `F64`, in place (no copy).
+fn with_bytes<R>(t: &Tensor, f: impl FnOnce(&[u8]) -> R) -> candle_core::Result<R> {
+    let (storage, layout) = t.storage_and_layout();
+    let (start, end) = layout
+        .contiguous_offsets()
+        .ok_or_else(|| candle_core::Error::Msg("a tensor that is not contiguous".into()))?;
+    match &*storage {
+        Storage::Cpu(CpuStorage::F32(v)) => Ok(f(bytemuck::cast_slice(&v[start..end]))),
+        Storage::Cpu(CpuStorage::F64(v)) => Ok(f(bytemuck::cast_slice(&v[start..end]))),
+        _ => Err(candle_core::Error::Msg(format!(
+            "a {:?} tensor on {:?}; the ranks layer reads F32 or F64 on the CPU",
+            t.dtype(),
+            t.device().location()
+        ))),
+    }
+}
+
+/// The elements a call writes, one buffer per variable; they become the
+/// variables' new tensors.
+enum Out {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+impl Out {
+    /// Zeros of `var`'s dtype and element count.
+    fn zeros(var: &Var) -> Self {
+        match var.dtype() {
+            DType::F64 => Out::F64(vec![0.0; var.elem_count()]),
+            _ => Out::F32(vec![0.0; var.elem_count()]),
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Out::F32(v) => bytemuck::cast_slice_mut(v),
+            Out::F64(v) => bytemuck::cast_slice_mut(v),
+        }
+    }
+
+    /// The buffer as a tensor of `var`'s shape on `var`'s device (no copy
+    /// on the CPU).
+    fn into_tensor(self, var: &Var) -> candle_core::Result<Tensor> {
+        let t = match self {
+            Out::F32(v) => Tensor::from_vec(v, var.dims(), &Device::Cpu)?,
+            Out::F64(v) => Tensor::from_vec(v, var.dims(), &Device::Cpu)?,
+        };
+        t.to_device(var.device())
+    }
+}
+
+/// The tensors a call reads and the buffers it writes.
+struct Host<'a> {
+    keys: &'a [ManifestEntry],
+    sources: &'a [Option<Tensor>],
+    out: &'a mut [Out],
+}
+
+impl Values for Host<'_> {
+    fn read(&mut self, var: usize, at: usize, into: &mut [u8]) -> Result<(), Error> {
+        match &self.sources[var] {
+            None => into.fill(0),
+            Some(t) => with_bytes(t, |b| into.copy_from_slice(&b[at..at + into.len()]))
+                .map_err(|e| candle(&self.keys[var].key, e))?,
+        }
+        Ok(())
+    }
+    fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error> {
+        self.out[var].bytes_mut()[at..at + from.len()].copy_from_slice(from);
+        Ok(())
+    }
+}
+
+impl CandlePlan {
+    /// Builds the plan of `store`'s trainable variables (see
+    /// [`CandleStore::trainable_vars`]) that `opts`' filter keeps (on the
+    /// dotted names), in name order, and checks that every rank holds the
+    /// same: names, dtypes and shapes. A collective call. O(variables ×
+    /// depth + sort) for the manifest, plus the agreement (see
+    /// [`Manifest::agree`]); allocates two buffers of one bucket per float
+    /// type.
+    ///
+    /// # Errors
+    /// On every rank: [`Error::Disagree`] when the ranks' manifests differ,
+    /// naming the first dotted name that differs and the ranks on each side;
+    /// [`Error::ArgumentsDiffer`] when they pass different bucket sizes. On
+    /// the rank concerned [`Error::Unsupported`] for a variable neither
+    /// `F32` nor `F64`, [`Error::BadOption`] for a bucket of 0 bytes, or
+    /// [`Error::Candle`] from the store, and on the others
+    /// [`Error::PeerFailed`]. Nothing changes.
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, Error, PlanOptions, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// candle_nn::embedding(10, 4, store.var_builder(DType::F32, &Device::Cpu).pp("emb"))?;
+    /// candle_nn::linear(4, 2, store.var_builder(DType::BF16, &Device::Cpu).pp("head"))?;
+    /// let err = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new()).unwrap_err();
+    /// assert!(matches!(err, Error::Unsupported { ref key, .. } if key == "head.bias"));
+    /// let plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new().filter(|k| k.starts_with("emb.")))?;
+    /// assert_eq!(plan.manifest().entries()[0].to_string(), "emb.weight: F32 [10, 4]");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new<C: Collective + ?Sized>(
+        comm: &C,
+        store: &CandleStore,
+        opts: &PlanOptions,
+    ) -> Result<Self, Error> {
+        let local = Self::bind(store, opts);
+        let ((manifest, vars), gathered) = start(comm, opts, local, |(m, _)| m)?;
+        let nbytes: Vec<usize> = vars
+            .iter()
+            .map(|v| v.elem_count() * v.dtype().size_in_bytes())
+            .collect();
+        let kinds = || {
+            manifest
+                .entries()
+                .iter()
+                .zip(&nbytes)
+                .map(|(e, &n)| (e.dtype, n))
+        };
+        Ok(Self {
+            f32s: Lane::new(kinds(), opts),
+            f64s: Lane::new(kinds(), opts),
+            byte_cap: opts.cap(1),
+            digests: vec![0; vars.len()],
+            sources: Vec::with_capacity(vars.len()),
+            present: vec![0.0; vars.len()],
+            present_sum: vec![0.0; vars.len()],
+            manifest,
+            vars,
+            nbytes,
+            gathered,
+        })
+    }
+
+    /// The manifest of the store's trainable variables that `opts` keeps,
+    /// with the variables in its order.
+    fn bind(store: &CandleStore, opts: &PlanOptions) -> Result<(Manifest, Vec<Var>), Error> {
+        let mut named = store.trainable_named("")?;
+        named.retain(|(k, _)| opts.keeps(k));
+        named.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut entries = Vec::with_capacity(named.len());
+        let mut vars = Vec::with_capacity(named.len());
+        for (key, var) in named {
+            let dtype = match var.dtype() {
+                DType::F32 => Dtype::F32,
+                DType::F64 => Dtype::F64,
+                other => {
+                    return Err(Error::Unsupported {
+                        key,
+                        scope: String::new(),
+                        holds: Some(dtype_name(other)),
+                        wanted: CANDLE_FLOATS,
+                    });
+                }
+            };
+            entries.push(ManifestEntry {
+                key,
+                dtype,
+                shape: var.dims().to_vec(),
+            });
+            vars.push(var);
+        }
+        Ok((Manifest::from_entries(String::new(), entries), vars))
+    }
+
+    /// The manifest the ranks agreed on (dotted names). O(1).
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
+    /// let plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    /// let keys: Vec<&str> = plan.manifest().entries().iter().map(|e| e.key.as_str()).collect();
+    /// assert_eq!(keys, ["fc.bias", "fc.weight"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The plan's `Var`s, in manifest order: hand them to the optimizer
+    /// (`AdamW::new(plan.vars().to_vec(), ..)`), so that it steps exactly
+    /// the variables whose gradients the plan reduces. O(1).
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
+    /// let plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    /// assert_eq!(plan.vars()[1].dims(), &[2, 3]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn vars(&self) -> &[Var] {
+        &self.vars
+    }
+
+    /// How many all-reduce calls of gradients one
+    /// [`all_reduce`](Self::all_reduce) makes (`f32` and `f64` buckets
+    /// together; one more call exchanges which gradients exist). O(1).
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu))?; // 8 floats
+    /// let plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new().bucket_bytes(16))?;
+    /// assert_eq!(plan.reduce_buckets(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reduce_buckets(&self) -> usize {
+        self.f32s.calls() + self.f64s.calls()
+    }
+
+    /// Copies every variable's value on rank `root` into the same `Var` on
+    /// every rank (with `Var::set`, so the model and the optimizer see it),
+    /// in manifest order, one bucket of bytes per broadcast. A collective
+    /// call. O(bytes) per rank; allocates one bucket, and on the other ranks
+    /// one new tensor per variable (candle's `Var::set` copies from a
+    /// tensor).
+    ///
+    /// # Errors
+    /// On every rank: [`Error::ArgumentsDiffer`] when the ranks pass
+    /// different roots. On a rank that passes a `root` outside the world,
+    /// [`Error::BadRank`], or whose values cannot be read,
+    /// [`Error::Candle`]; on the others [`Error::PeerFailed`]. Nothing
+    /// changes then.
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu))?;
+    /// let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    /// plan.broadcast(&SingleProcess, 0)?;
+    /// assert!(plan.broadcast(&SingleProcess, 1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn broadcast<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        root: usize,
+    ) -> Result<(), Error> {
+        let me = comm.rank() == root;
+        let local = check_root(root, comm.size()).and_then(|()| {
+            self.sources.clear();
+            for (v, e) in self.vars.iter().zip(self.manifest.entries()) {
+                let t = if me {
+                    Some(on_host(v.as_tensor()).map_err(|err| candle(&e.key, err))?)
+                } else {
+                    None
+                };
+                self.sources.push(t);
+            }
+            Ok(())
+        });
+        let same: Same = ("roots", root as u64, show_count);
+        let done = settle(comm, &mut self.gathered, "broadcast", local, Some(same));
+        let done = done.and_then(|()| {
+            let mut out: Vec<Out> = if me {
+                Vec::new()
+            } else {
+                self.vars.iter().map(Out::zeros).collect()
+            };
+            let mut host = Host {
+                keys: self.manifest.entries(),
+                sources: &self.sources,
+                out: &mut out,
+            };
+            let nbytes = self.nbytes.iter().copied();
+            broadcast_values(comm, root, nbytes, self.byte_cap, &mut host)?;
+            for ((o, v), e) in out.into_iter().zip(&self.vars).zip(self.manifest.entries()) {
+                o.into_tensor(v)
+                    .and_then(|t| v.set(&t))
+                    .map_err(|err| candle(&e.key, err))?;
+            }
+            Ok(())
+        });
+        self.sources.clear();
+        done
+    }
+
+    /// Sums (or averages, [`Reduce::Mean`]) the gradients of the plan's
+    /// variables in `grads` (candle's `GradStore` after `backward`) over
+    /// the ranks, in buckets of the plan's size (`f32` variables in manifest
+    /// order, then `f64` ones), and puts the results back into `grads`, so
+    /// that `optimizer.step(&grads)` uses them. A collective call.
+    ///
+    /// A variable that has no gradient on a rank (unused in that rank's
+    /// loss) counts as zeros there, on every rank alike; the mean still
+    /// divides by the number of ranks, as PyTorch's DDP does. If no rank
+    /// has a gradient for it, it stays without one everywhere, so the
+    /// optimizer leaves it alone, as in one process. One extra all-reduce of
+    /// one `f64` per variable tells the ranks which gradients exist.
+    ///
+    /// Memory: the bucket buffers are reused, but candle tensors are
+    /// immutable, so each call allocates one new tensor per variable with a
+    /// gradient (the reduced gradient replaces the one `backward` made), and
+    /// copies a gradient that is not a contiguous CPU tensor to the host
+    /// first. O(bytes) per rank for the copies, plus one all-gather of 16
+    /// bytes per rank for the check.
+    ///
+    /// # Errors
+    /// On every rank: [`Error::ArgumentsDiffer`] when the ranks pass
+    /// different `op`s. On a rank whose gradient of a variable has another
+    /// dtype or shape than the variable, [`Error::Changed`], or whose
+    /// gradient cannot be read, [`Error::Candle`]; on the others
+    /// [`Error::PeerFailed`]; `grads` is unchanged then. Should candle fail
+    /// to make a tensor after the exchange ([`Error::Candle`]), `grads` is
+    /// unchanged on that rank only.
+    ///
+    /// ```
+    /// use candle_core::{DType, Device, Tensor};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, Reduce, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// let w = store.get(3, "w", candle_nn::Init::Const(2.0), DType::F32, &Device::Cpu)?;
+    /// store.get(1, "unused", candle_nn::Init::Const(0.0), DType::F32, &Device::Cpu)?;
+    /// let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    /// let mut grads = w.sqr()?.sum_all()?.backward()?;
+    /// plan.all_reduce(&SingleProcess, &mut grads, Reduce::Sum)?;
+    /// assert_eq!(grads.get(&w).expect("a gradient").to_vec1::<f32>()?, [4.0; 3]);
+    /// assert!(grads.get(plan.vars()[0].as_tensor()).is_none()); // `unused`: still none
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn all_reduce<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        grads: &mut GradStore,
+        op: Reduce,
+    ) -> Result<(), Error> {
+        let local = self.gradients(grads);
+        let done = settle(
+            comm,
+            &mut self.gathered,
+            "all-reduce",
+            local,
+            Some(op.same()),
+        );
+        let done = done.and_then(|()| {
+            comm.all_reduce_sum_f64(&self.present, &mut self.present_sum)?;
+            let mut out: Vec<Out> = self.vars.iter().map(Out::zeros).collect();
+            let mut host = Host {
+                keys: self.manifest.entries(),
+                sources: &self.sources,
+                out: &mut out,
+            };
+            self.f32s.reduce(comm, &mut host, op)?;
+            self.f64s.reduce(comm, &mut host, op)?;
+            let mut reduced = Vec::with_capacity(out.len());
+            for (i, o) in out.into_iter().enumerate() {
+                if self.present_sum[i] > 0.0 {
+                    let v = &self.vars[i];
+                    let t = o
+                        .into_tensor(v)
+                        .map_err(|e| candle(&self.manifest.entries()[i].key, e))?;
+                    reduced.push((i, t));
+                }
+            }
+            for (i, t) in reduced {
+                grads.insert(self.vars[i].as_tensor(), t);
+            }
+            Ok(())
+        });
+        self.sources.clear();
+        done
+    }
+
+    /// Fills `sources` with each variable's gradient on the host (or
+    /// `None`) and `present` with 1 where there is one, checking that each
+    /// gradient has its variable's dtype and shape.
+    fn gradients(&mut self, grads: &GradStore) -> Result<(), Error> {
+        self.sources.clear();
+        for ((v, e), p) in self
+            .vars
+            .iter()
+            .zip(self.manifest.entries())
+            .zip(&mut self.present)
+        {
+            let g = grads.get(v.as_tensor());
+            *p = if g.is_some() { 1.0 } else { 0.0 };
+            let Some(g) = g else {
+                self.sources.push(None);
+                continue;
+            };
+            if g.dtype() != v.dtype() || g.dims() != v.dims() {
+                return Err(Error::Changed {
+                    key: e.key.clone(),
+                    scope: String::new(),
+                    reason: format!(
+                        "its gradient is {:?} {:?}, the variable {:?} {:?}",
+                        g.dtype(),
+                        g.dims(),
+                        v.dtype(),
+                        v.dims()
+                    ),
+                });
+            }
+            self.sources
+                .push(Some(on_host(g).map_err(|err| candle(&e.key, err))?));
+        }
+        Ok(())
+    }
+
+    /// This rank's digest of the variables' values: a hash of each value's
+    /// bytes, then of those hashes in manifest order, as
+    /// [`SyncPlan::digest`](super::SyncPlan::digest). Local: no collective.
+    /// Allocates nothing for contiguous CPU variables (others are copied to
+    /// the host). O(bytes).
+    ///
+    /// # Errors
+    /// [`Error::Candle`] if a value cannot be read.
+    ///
+    /// ```
+    /// use candle_core::{DType, Device, Tensor};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// store.get(4, "w", candle_nn::Init::Const(1.0), DType::F32, &Device::Cpu)?;
+    /// let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    /// let before = plan.digest()?;
+    /// plan.vars()[0].set(&Tensor::new(&[1.0_f32, 1.0, 1.0, 1.5], &Device::Cpu)?)?;
+    /// assert_ne!(plan.digest()?, before);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn digest(&mut self) -> Result<Digest, Error> {
+        for ((v, e), d) in self
+            .vars
+            .iter()
+            .zip(self.manifest.entries())
+            .zip(&mut self.digests)
+        {
+            *d = on_host(v.as_tensor())
+                .and_then(|t| with_bytes(&t, hash_bytes))
+                .map_err(|err| candle(&e.key, err))?;
+        }
+        Ok(digest_of_hashes(&self.digests))
+    }
+
+    /// Checks that every rank holds bit-identical values, as
+    /// [`SyncPlan::check_consistency`](super::SyncPlan::check_consistency):
+    /// the ranks all-gather their [`digest`](Self::digest), and when they
+    /// differ every rank returns the same [`Error::Diverged`] naming the
+    /// first variable whose bytes differ. A collective call. Allocates
+    /// nothing when the ranks agree; O(bytes + world size).
+    ///
+    /// # Errors
+    /// On every rank: [`Error::Diverged`]. On a rank whose values cannot be
+    /// read, [`Error::Candle`], and on the others [`Error::PeerFailed`].
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu))?;
+    /// let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    /// plan.check_consistency(&SingleProcess)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check_consistency<C: Collective + ?Sized>(&mut self, comm: &C) -> Result<(), Error> {
+        let local = self.digest();
+        compare_values(
+            comm,
+            &mut self.gathered,
+            &self.digests,
+            &self.manifest,
+            local,
+        )
+    }
+
+    /// Rank `root` saves the whole `store` (every variable, frozen ones
+    /// too) to `path` with [`CandleStore::save`] (candle's format and
+    /// names, atomically); the other ranks wait until it is done. A
+    /// collective call: when it returns `Ok` on any rank, the file is whole.
+    /// Returns the save's report on the root, `None` elsewhere. O(variables
+    /// × depth + bytes written) on the root, plus two all-gathers of 16
+    /// bytes per rank.
+    ///
+    /// # Errors
+    /// On every rank: [`Error::ArgumentsDiffer`] when the ranks pass
+    /// different roots. On a rank that passes a `root` outside the world,
+    /// [`Error::BadRank`]. On the root, the save's error
+    /// ([`Error::Candle`]), and on the others [`Error::PeerFailed`].
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("st-doc-cplan-save-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
+    /// let plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    /// let report = plan.save_on_root(&SingleProcess, &store, dir.join("fc.safetensors"), 0)?;
+    /// assert_eq!(report.expect("rank 0 saved").keys, ["fc.bias", "fc.weight"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn save_on_root<C: Collective + ?Sized>(
+        &self,
+        comm: &C,
+        store: &CandleStore,
+        path: impl AsRef<Path>,
+        root: usize,
+    ) -> Result<Option<SaveReport>, Error> {
+        let mut gathered = vec![[0_u8; super::DIGEST_BYTES]; comm.size()];
+        let same: Same = ("roots", root as u64, show_count);
+        let checked = check_root(root, comm.size());
+        let op = "saving the checkpoint";
+        settle(comm, &mut gathered, op, checked, Some(same))?;
+        let local = if comm.rank() == root {
+            store.save(path).map(Some).map_err(Error::from)
+        } else {
+            Ok(None)
+        };
+        settle(comm, &mut gathered, op, local, None)
+    }
+
+    /// Every rank loads `path` into `store` strictly with
+    /// [`CandleStore::load`] (every name, dtype and shape of the file must
+    /// be the store's), then the ranks [check](Self::check_consistency)
+    /// that they hold the same values. First every rank checks the file's
+    /// header against its store and the ranks exchange the outcome, so a
+    /// file that does not fit makes every rank return an error with no
+    /// value changed. A collective call. O(header + bytes read) per rank,
+    /// plus the consistency check.
+    ///
+    /// # Errors
+    /// On the rank concerned, [`Error::Checkpoint`] (an unreadable file, or
+    /// a [`Mismatch`](checkpoint::Error::Mismatch) naming every differing
+    /// name) or [`Error::Candle`], and on the others [`Error::PeerFailed`];
+    /// [`Error::Diverged`] on every rank when the ranks loaded different
+    /// values (files that differ between hosts).
+    ///
+    /// ```
+    /// # let dir = std::env::temp_dir().join(format!("st-doc-cplan-load-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// use candle_core::{DType, Device, Tensor};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// let w = store.get(2, "w", candle_nn::Init::Const(1.0), DType::F32, &Device::Cpu)?;
+    /// let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    /// let path = dir.join("w.safetensors");
+    /// plan.save_on_root(&SingleProcess, &store, &path, 0)?;
+    /// plan.vars()[0].set(&Tensor::new(&[5.0_f32, 5.0], &Device::Cpu)?)?;
+    /// let report = plan.load_on_all(&SingleProcess, &store, &path)?;
+    /// assert_eq!(report.loaded, ["w"]);
+    /// assert_eq!(w.to_vec1::<f32>()?, [1.0, 1.0]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn load_on_all<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        store: &CandleStore,
+        path: impl AsRef<Path>,
+    ) -> Result<LoadReport, Error> {
+        let path = path.as_ref();
+        let checked = check_file(store, path);
+        settle(
+            comm,
+            &mut self.gathered,
+            "checking the checkpoint",
+            checked,
+            None,
+        )?;
+        let loaded = store.load(path, &LoadOptions::new()).map_err(Error::from);
+        let report = settle(
+            comm,
+            &mut self.gathered,
+            "loading the checkpoint",
+            loaded,
+            None,
+        )?;
+        self.check_consistency(comm)?;
+        Ok(report)
+    }
+}
+
+/// Checks the header of the file at `path` against every variable of
+/// `store`: the same dotted names, dtypes and shapes. O(header +
+/// variables × depth).
+fn check_file(store: &CandleStore, path: &Path) -> Result<(), Error> {
+    let file = checkpoint::inspect(path)?;
+    let mine: Vec<(String, Dtype, Vec<usize>)> = store
+        .named_vars()?
+        .into_iter()
+        .map(|(k, v)| (k, v.dtype().into(), v.dims().to_vec()))
+        .collect();
+    let mine = mine
+        .iter()
+        .map(|(k, d, s)| (k.as_str(), *d, s.as_slice(), false));
+    header_fits(path, file, mine)
+}
+
+/// A candle dtype as an error message names what a variable holds.
+fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::BF16 => "a candle Var of BF16",
+        DType::F16 => "a candle Var of F16",
+        DType::U8 => "a candle Var of U8",
+        DType::U32 => "a candle Var of U32",
+        DType::I16 => "a candle Var of I16",
+        DType::I32 => "a candle Var of I32",
+        DType::I64 => "a candle Var of I64",
+        _ => "a candle Var of another dtype",
+    }
+}
