@@ -25,6 +25,28 @@
 //!
 //! The run fails (exit status 1) if the held-out loss does not end below
 //! 80 % of the unigram entropy.
+//!
+//! The initial values are drawn from `--seed` (candle's CPU RNG cannot be
+//! seeded), with the spread of candle-nn's defaults, so a run is
+//! deterministic.
+//!
+//! **Across processes.** Built with the `mpi` feature, the example also runs
+//! under `mpirun`, one rank per process, through `ranks::CandlePlan`:
+//!
+//! ```text
+//! cargo build --release --features candle,mpi --example train_char_gru
+//! mpirun -np 2 target/release/examples/train_char_gru --epochs 2
+//! ```
+//!
+//! Every rank draws the same global batch of `--batch` windows and trains
+//! on its share (rank r takes the r-th slice); after `backward`, the plan
+//! averages the gradients in candle's `GradStore` over the ranks
+//! (`Reduce::Mean`), so every rank takes the same AdamW step. Rank 0's
+//! initial values are broadcast first, the ranks check after every epoch
+//! that their parameters are bit-identical, and rank 0 prints, with the
+//! held-out loss of every rank (computed by each on the same held-out text)
+//! and whether those are bit-identical. One process runs the same code in a
+//! world of one rank (`SingleProcess`), with or without the feature.
 
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -35,6 +57,7 @@ use candle_nn::rnn::{GRU, GRUConfig, RNN};
 use candle_nn::{AdamW, Embedding, Linear, Optimizer, ParamsAdamW, VarBuilder};
 use scopetree::candle::CandleStore;
 use scopetree::checkpoint::LoadOptions;
+use scopetree::ranks::{CandlePlan, Collective, DIGEST_BYTES, PlanOptions, Reduce};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -241,6 +264,57 @@ impl CharGru {
     }
 }
 
+/// Replaces candle's random initial values with values drawn from `rng`
+/// (uniform, with the variance of candle-nn's defaults), variable by
+/// variable in name order.
+fn seeded_init(store: &CandleStore, hidden: usize, rng: &mut SplitMix) -> Res<()> {
+    for (name, var) in store.named_vars()? {
+        let dims = var.dims().to_vec();
+        let bound = match name.as_str() {
+            // Randn(0, 1).
+            "emb.weight" => 3_f64.sqrt(),
+            // Zeros.
+            "gru.bias_ih_l0" | "gru.bias_hh_l0" => 0.0,
+            // Uniform ±1/√fan_in.
+            "out.bias" => 1.0 / (hidden as f64).sqrt(),
+            // Kaiming (uniform for the GRU, normal for the head): ±√(6/fan_in).
+            _ => (6.0 / dims[dims.len() - 1] as f64).sqrt(),
+        };
+        let values: Vec<f32> = (0..var.elem_count())
+            .map(|_| ((2.0 * rng.unit() - 1.0) * bound) as f32)
+            .collect();
+        var.set(&Tensor::from_vec(values, dims, var.device())?)?;
+    }
+    Ok(())
+}
+
+/// The held-out loss of every rank (`f64` bits all-gathered), as every
+/// rank learns them.
+fn every_rank(world: &dyn Collective, loss: f64) -> Res<Vec<f64>> {
+    let mut mine = [0_u8; DIGEST_BYTES];
+    mine[..8].copy_from_slice(&loss.to_bits().to_le_bytes());
+    let mut all = vec![[0_u8; DIGEST_BYTES]; world.size()];
+    world.all_gather_digest(&mine, &mut all)?;
+    Ok(all
+        .iter()
+        .map(|d| f64::from_bits(u64::from_le_bytes(d[..8].try_into().unwrap_or_default())))
+        .collect())
+}
+
+/// `2.0934 on every rank (bit-identical on 2)`, or each rank's value.
+fn describe(losses: &[f64]) -> String {
+    if losses.iter().all(|l| l.to_bits() == losses[0].to_bits()) {
+        format!(
+            "{:.4} (bit-identical on {} rank(s))",
+            losses[0],
+            losses.len()
+        )
+    } else {
+        let each: Vec<String> = losses.iter().map(|l| format!("{l:.6}")).collect();
+        format!("DIFFERENT per rank: {}", each.join(", "))
+    }
+}
+
 /// Mean loss over fixed, evenly spaced windows of `ids`.
 fn eval_loss(model: &CharGru, ids: &[u32], a: &Args, dev: &Device) -> Res<f64> {
     let span = ids.len() - a.seq - 1;
@@ -251,6 +325,27 @@ fn eval_loss(model: &CharGru, ids: &[u32], a: &Args, dev: &Device) -> Res<f64> {
 
 fn main() -> Res<()> {
     let a = Args::parse()?;
+    #[cfg(feature = "mpi")]
+    let universe = mpi::initialize().ok_or("MPI was already initialised")?;
+    #[cfg(feature = "mpi")]
+    let world = universe.world();
+    #[cfg(not(feature = "mpi"))]
+    let world = scopetree::ranks::SingleProcess;
+    let world: &dyn Collective = &world;
+    let (rank, ranks) = (world.rank(), world.size());
+    if a.batch % ranks != 0 {
+        return Err(format!(
+            "--batch {} does not split evenly over {ranks} ranks",
+            a.batch
+        )
+        .into());
+    }
+    // This rank's share of every global batch.
+    let share = rank * a.batch / ranks..(rank + 1) * a.batch / ranks;
+    // Rank 0 prints.
+    macro_rules! say {
+        ($($t:tt)*) => { if rank == 0 { println!($($t)*); } };
+    }
     let dev = Device::Cpu;
     let corpus = Corpus::new(lipsum::LIBER_PRIMUS);
     let vocab = corpus.chars.len();
@@ -265,41 +360,53 @@ fn main() -> Res<()> {
         .into());
     }
     let entropy = corpus.unigram_entropy();
-    println!(
+    say!(
         "text: lipsum::LIBER_PRIMUS, {} characters, {vocab} distinct; training on {}, holding out {}",
         corpus.ids.len(),
         train.len(),
         held_out.len()
     );
-    println!("unigram entropy: {entropy:.4} nats/char (the loss of a context-free model)");
+    say!("unigram entropy: {entropy:.4} nats/char (the loss of a context-free model)");
+    say!(
+        "ranks: {ranks}; global batch {} windows, {} per rank",
+        a.batch,
+        a.batch / ranks
+    );
 
     let store = CandleStore::new();
     if let Some(path) = &a.resume {
         let report = store.load(path, &LoadOptions::new().create(true))?;
         store.seal();
-        println!(
+        say!(
             "resumed from {path}: {} tensors created, sealed",
             report.created.len()
         );
     }
     let vb = store.var_builder(DType::F32, &dev);
     let model = CharGru::new(&vb, vocab, a.embed, a.hidden)?;
+    if a.resume.is_none() {
+        seeded_init(&store, a.hidden, &mut SplitMix(a.seed ^ 0x5EED))?;
+    }
     if a.resume.is_some() {
         let unused = store.unused()?;
         if !unused.is_empty() {
-            println!("names in the checkpoint the model never asked for: {unused:?}");
+            say!("names in the checkpoint the model never asked for: {unused:?}");
         }
     }
     let names = store.names()?;
     let params: usize = store.all_vars()?.iter().map(|v| v.elem_count()).sum();
-    println!(
+    say!(
         "model: {} tensors in the tree, {params} parameters: {}",
         names.len(),
         names.join(", ")
     );
 
+    // Every rank starts from rank 0's values, and reduces the gradients of
+    // the variables the optimizer steps.
+    let mut plan = CandlePlan::new(world, &store, &PlanOptions::new())?;
+    plan.broadcast(world, 0)?;
     let mut opt = AdamW::new(
-        store.trainable_vars("")?,
+        plan.vars().to_vec(),
         ParamsAdamW {
             lr: a.lr,
             ..ParamsAdamW::default()
@@ -307,8 +414,11 @@ fn main() -> Res<()> {
     )?;
     let mut rng = SplitMix(a.seed);
     let start = eval_loss(&model, held_out, &a, &dev)?;
-    println!("epoch  0: held-out loss {start:.4}");
+    // Every rank takes part in the all-gather, rank 0 prints.
+    let losses = every_rank(world, start)?;
+    say!("epoch  0: held-out loss {}", describe(&losses));
     let mut last = start;
+    let mut consistent = true;
     for epoch in 1..=a.epochs {
         let t0 = Instant::now();
         let mut sum = 0.0;
@@ -316,24 +426,38 @@ fn main() -> Res<()> {
             let starts: Vec<usize> = (0..a.batch)
                 .map(|_| rng.below(train.len() - a.seq - 1))
                 .collect();
-            let (x, y) = batch(train, &starts, a.seq, &dev)?;
+            let (x, y) = batch(train, &starts[share.clone()], a.seq, &dev)?;
             let loss = model.loss(&x, &y)?;
-            opt.backward_step(&loss)?;
+            let mut grads = loss.backward()?;
+            plan.all_reduce(world, &mut grads, Reduce::Mean)?;
+            opt.step(&grads)?;
             sum += f64::from(loss.to_scalar::<f32>()?);
         }
+        // The training loss over the global batches: the mean of the ranks'.
+        let mut total = [0.0];
+        world.all_reduce_sum_f64(&[sum / a.steps.max(1) as f64], &mut total)?;
+        plan.check_consistency(world)?;
         last = eval_loss(&model, held_out, &a, &dev)?;
-        println!(
-            "epoch {epoch:2}: training loss {:.4}, held-out loss {last:.4} ({:.0} % of the unigram entropy), {:.1} s",
-            sum / a.steps.max(1) as f64,
+        let losses = every_rank(world, last)?;
+        consistent &= losses.iter().all(|l| l.to_bits() == last.to_bits());
+        say!(
+            "epoch {epoch:2}: training loss {:.4}, held-out loss {} ({:.0} % of the unigram entropy), {:.1} s",
+            total[0] / ranks as f64,
+            describe(&losses),
             100.0 * last / entropy,
             t0.elapsed().as_secs_f64()
         );
     }
+    say!("final held-out loss: {last}");
     let line = model.sample(&corpus, "Sed ut ", 100, 0.7, &mut rng, &dev)?;
-    println!("sample: {line}");
+    say!("sample: {line}");
     if let Some(path) = &a.save {
-        let report = store.save(path)?;
-        println!("saved {} tensors to {path}", report.keys.len());
+        if let Some(report) = plan.save_on_root(world, &store, path, 0)? {
+            say!("saved {} tensors to {path}", report.keys.len());
+        }
+    }
+    if !consistent {
+        return Err("the held-out losses differ between ranks".into());
     }
     if last >= 0.8 * entropy {
         eprintln!(
