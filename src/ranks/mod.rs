@@ -20,6 +20,9 @@
 //!   bytes, and checkpoints across ranks
 //!   ([`save_on_root`](SyncPlan::save_on_root),
 //!   [`load_on_all`](SyncPlan::load_on_all)).
+//! - `CandlePlan` (feature `candle`): the same for a
+//!   [`CandleStore`](crate::candle::CandleStore)'s trainable variables, whose
+//!   gradients it reduces in candle's `GradStore`.
 //!
 //! Synchronised values are `Vec`, `Box<[_]>` and
 //! [`checkpoint::Tensor`](crate::checkpoint::Tensor) of `f32`, `f64` and the
