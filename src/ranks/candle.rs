@@ -161,11 +161,12 @@ impl Out {
     }
 }
 
-/// The tensors a call reads and the buffers it writes.
+/// The tensors a call reads and the buffers it writes (`None`: a variable
+/// whose result is not kept).
 struct Host<'a> {
     keys: &'a [ManifestEntry],
     sources: &'a [Option<Tensor>],
-    out: &'a mut [Out],
+    out: &'a mut [Option<Out>],
 }
 
 impl Values for Host<'_> {
@@ -178,7 +179,9 @@ impl Values for Host<'_> {
         Ok(())
     }
     fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error> {
-        self.out[var].bytes_mut()[at..at + from.len()].copy_from_slice(from);
+        if let Some(out) = &mut self.out[var] {
+            out.bytes_mut()[at..at + from.len()].copy_from_slice(from);
+        }
         Ok(())
     }
 }
@@ -372,10 +375,10 @@ impl CandlePlan {
         let same: Same = ("roots", root as u64, show_count);
         let done = settle(comm, &mut self.gathered, "broadcast", local, Some(same));
         let done = done.and_then(|()| {
-            let mut out: Vec<Out> = if me {
+            let mut out: Vec<Option<Out>> = if me {
                 Vec::new()
             } else {
-                self.vars.iter().map(Out::zeros).collect()
+                self.vars.iter().map(|v| Some(Out::zeros(v))).collect()
             };
             let mut host = Host {
                 keys: self.manifest.entries(),
@@ -384,7 +387,8 @@ impl CandlePlan {
             };
             let nbytes = self.nbytes.iter().copied();
             broadcast_values(comm, root, nbytes, self.byte_cap, &mut host)?;
-            for ((o, v), e) in out.into_iter().zip(&self.vars).zip(self.manifest.entries()) {
+            let out = out.into_iter().flatten();
+            for ((o, v), e) in out.zip(&self.vars).zip(self.manifest.entries()) {
                 o.into_tensor(v)
                     .and_then(|t| v.set(&t))
                     .map_err(|err| candle(&e.key, err))?;
@@ -408,11 +412,12 @@ impl CandlePlan {
     /// optimizer leaves it alone, as in one process. One extra all-reduce of
     /// one `f64` per variable tells the ranks which gradients exist.
     ///
-    /// Memory: the bucket buffers are reused, but candle tensors are
-    /// immutable, so each call allocates one new tensor per variable with a
-    /// gradient (the reduced gradient replaces the one `backward` made), and
-    /// copies a gradient that is not a contiguous CPU tensor to the host
-    /// first. O(bytes) per rank for the copies, plus one all-gather of 16
+    /// Memory: the bucket buffers are reused, but candle tensors cannot be
+    /// written in place, so each call allocates one new tensor per variable
+    /// that some rank has a gradient of (the reduced gradient replaces the
+    /// one `backward` made; its buffer is filled straight from the buckets),
+    /// plus two small vectors of one entry per variable, and copies a
+    /// gradient that is not a contiguous CPU tensor to the host first. O(bytes) per rank for the copies, plus one all-gather of 16
     /// bytes per rank for the check.
     ///
     /// # Errors
@@ -453,7 +458,10 @@ impl CandlePlan {
         );
         let done = done.and_then(|()| {
             comm.all_reduce_sum_f64(&self.present, &mut self.present_sum)?;
-            let mut out: Vec<Out> = self.vars.iter().map(Out::zeros).collect();
+            // Buffers only for the variables some rank has a gradient of.
+            let mut out: Vec<Option<Out>> = (self.vars.iter().zip(&self.present_sum))
+                .map(|(v, &n)| (n > 0.0).then(|| Out::zeros(v)))
+                .collect();
             let mut host = Host {
                 keys: self.manifest.entries(),
                 sources: &self.sources,
@@ -463,7 +471,7 @@ impl CandlePlan {
             self.f64s.reduce(comm, &mut host, op)?;
             let mut reduced = Vec::with_capacity(out.len());
             for (i, o) in out.into_iter().enumerate() {
-                if self.present_sum[i] > 0.0 {
+                if let Some(o) = o {
                     let v = &self.vars[i];
                     let t = o
                         .into_tensor(v)
