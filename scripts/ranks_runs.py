@@ -28,7 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "docs" / "data" / "ranks.json"
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-EXAMPLES = ROOT / "target" / "release" / "examples"
+EXAMPLES = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "examples"
 
 
 def run(cmd):
