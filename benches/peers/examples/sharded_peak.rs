@@ -1,7 +1,9 @@
-//! The peak memory of loading the `sharded` bench's 1 GiB Llama checkpoint
-//! and building the model, one path per process: the process's peak
-//! resident set (`VmHWM` from `/proc/self/status`) before and after, so
-//! that both paths count what they map as well as what they allocate.
+//! The peak memory and the time of loading the `sharded` bench's 1 GiB
+//! Llama checkpoint and building the model, one path per process, as a
+//! training script does it once: the process's peak resident set (`VmHWM`
+//! from `/proc/self/status`) before and after, so that both paths count
+//! what they map as well as what they allocate, and the wall time of the
+//! load and the build.
 //!
 //! ```sh
 //! cargo run --release -p scopetree-peers --example sharded_peak -- make DIR
@@ -59,6 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
         .sum();
     let before = status("VmHWM:");
+    let start = std::time::Instant::now();
     match which.as_str() {
         "scopetree" => {
             let store = CandleStore::new();
@@ -76,9 +79,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         other => return Err(format!("unknown path {other}").into()),
     }
+    let took = start.elapsed();
     let peak = status("VmHWM:");
     println!(
-        "{which}: checkpoint {bytes} B; peak RSS {peak} B ({:.3} x the checkpoint), {} B above the start",
+        "{which}: checkpoint {bytes} B; load and build {:.1} ms; peak RSS {peak} B ({:.3} x the checkpoint), {} B above the start",
+        took.as_secs_f64() * 1e3,
         peak as f64 / bytes as f64,
         peak - before
     );
