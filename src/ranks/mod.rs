@@ -59,9 +59,12 @@ mod error;
 mod manifest;
 #[cfg(feature = "mpi")]
 mod mpi;
+mod partition;
 mod plan;
+mod zero;
 
 pub use collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};
 pub use error::Error;
 pub use manifest::{Manifest, ManifestEntry};
+pub use partition::{Partition, Piece};
 pub use plan::{DEFAULT_BUCKET_BYTES, PlanOptions, Reduce, SyncPlan};
