@@ -23,6 +23,7 @@ fn short_config(workers: usize) -> Config {
         lr: 0.02,
         seed: 11,
         eval_seqs: 128,
+        zero: false,
     }
 }
 
