@@ -1010,8 +1010,8 @@ fn reduce_scatter_and_all_gather_match_the_all_reduce(world: &World) -> Check {
 /// replicated mode, on the same world: each rank holds about 1/N of the
 /// moments (their bytes add up to the replicated mode's, each within 16
 /// bytes of 1/N); the parameters and the owned moments are bit-identical at
-/// 1 and 2 ranks, and within a relative 1e-3 at more, where the gradient's
-/// squared norm is summed in another order (docs/distributed.md); a ZeRO
+/// 1 and 2 ranks, and within a relative 1e-3 at more, where MPI may group
+/// a reduce-scatter's additions unlike an all-reduce's (docs/distributed.md); a ZeRO
 /// checkpoint resumes in both modes to the same parameters and moments.
 fn train_rnn_zero_matches_the_replicated_mode(world: &World) -> Check {
     let (me, n) = (rank(world), size(world));

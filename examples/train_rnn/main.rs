@@ -33,8 +33,9 @@
 //! parameters only, the gradients are reduce-scattered, each rank steps its
 //! slice and the parameters are all-gathered. Checkpoints hold the whole
 //! moments (gathered to rank 0) and resume in either mode. The output
-//! names the moments' bytes on every rank, and digests of the parameters
-//! and of the moments that the replicated mode prints too.
+//! names the moments' bytes on every rank, and ends with digests of the
+//! parameters and of the moments that the replicated mode prints too (and,
+//! in the replicated mode only, the digest of the checkpoint's keys).
 
 mod model;
 

@@ -3,8 +3,8 @@
 //! carries the bytes; this layer adds what MPI does not check.
 //!
 //! - [`Collective`]: the few collective calls scopetree needs (all-reduce
-//!   of `f32` and `f64`, broadcast of bytes, all-gather of a 16-byte digest,
-//!   barrier). [`SingleProcess`] implements them for a world of one, so the
+//!   and reduce-scatter of `f32` and `f64`, broadcast and all-gather of
+//!   bytes, all-gather of a 16-byte digest, barrier). [`SingleProcess`] implements them for a world of one, so the
 //!   same code runs in one process without MPI; with the `mpi` feature, MPI's
 //!   `SimpleCommunicator` implements them.
 //! - [`Manifest`]: the variables of a scope (full names, dtypes, shapes in
@@ -20,6 +20,13 @@
 //!   bytes, and checkpoints across ranks
 //!   ([`save_on_root`](SyncPlan::save_on_root),
 //!   [`load_on_all`](SyncPlan::load_on_all)).
+//! - [`Partition`]: optimizer state partitioned across ranks (ZeRO stage
+//!   1). A plan cuts its variables into one contiguous slice per rank of
+//!   about equal bytes ([`partition`](SyncPlan::partition)),
+//!   [`reduce_scatter`](SyncPlan::reduce_scatter)s gradients so that each
+//!   rank holds the reduced values of its slice, and
+//!   [`all_gather`](SyncPlan::all_gather)s the parameters once each rank
+//!   stepped its slice.
 //!
 //! Synchronised values are `Vec`, `Box<[_]>` and
 //! [`checkpoint::Tensor`](crate::checkpoint::Tensor) of `f32`, `f64` and the
