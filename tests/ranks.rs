@@ -681,8 +681,8 @@ fn the_partition_is_contiguous_complete_and_balanced_for_any_world() {
 fn a_partition_of_no_ranks_is_refused() {
     let m = manifest(&[entry("w", Dtype::F32, &[4])]);
     let err = Partition::new(&m, 0).unwrap_err();
-    assert!(matches!(err, Error::BadRank { size: 0, .. }), "{err}");
-    says(&err, &["a partition needs at least one rank"]);
+    assert!(matches!(err, Error::BadOption { .. }), "{err}");
+    says(&err, &["into 0 ranks; pass the world's size (at least 1)"]);
 }
 
 #[test]

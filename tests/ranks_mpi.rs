@@ -1137,6 +1137,67 @@ fn train_rnn_zero_matches_the_replicated_mode(world: &World) -> Check {
     Ok(())
 }
 
+/// Misuse of the partitioned exchange stops every rank with the same kind
+/// of error, changes nothing and never hangs: reductions that differ
+/// between ranks, and a rank whose tree changed before an all-gather.
+fn zero_misuse_stops_every_rank_unchanged(world: &World) -> Check {
+    let (me, last, n) = (rank(world), size(world) - 1, size(world));
+    let e = |x: Error| x.to_string();
+    let mut g = Grads::new(me, 10);
+    let before = g.each();
+    let mut plan = SyncPlan::new(world, &g.tree, g.scope, &PlanOptions::new()).map_err(e)?;
+    let op = if me == last && n > 1 {
+        Reduce::Mean
+    } else {
+        Reduce::Sum
+    };
+    let got = plan.reduce_scatter(world, &mut g.tree, op);
+    let msg = got
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let same = same_everywhere(world, &msg).map_err(e)?;
+    let unchanged = g.each() == before;
+    if me == 0 {
+        let (v, _) = g.vars[0];
+        g.tree
+            .get_mut::<Vec<f32>>(v)
+            .map_err(|x| x.to_string())?
+            .push(1.0);
+    }
+    let changed_before = g.each();
+    let gathered = plan.all_gather(world, &mut g.tree);
+    let gather_ok = match (me, &gathered) {
+        (0, Err(Error::Changed { key, .. })) => key == "l0000/g",
+        (_, Err(Error::PeerFailed { ranks, .. })) => me > 0 && ranks == &[0],
+        _ => false,
+    };
+    ensure!(world, same, "the error differs between ranks: {msg}");
+    if n > 1 {
+        ensure!(
+            world,
+            matches!(got, Err(Error::ArgumentsDiffer { .. }))
+                && msg.contains(&format!("on rank {last}")),
+            "{msg}"
+        );
+    } else {
+        ensure!(world, got.is_ok(), "{msg}");
+    }
+    ensure!(
+        world,
+        n == 1 || unchanged,
+        "a refused reduce-scatter changed values"
+    );
+    ensure!(world, gather_ok, "{gathered:?}");
+    ensure!(
+        world,
+        g.each() == changed_before,
+        "a refused all-gather changed values"
+    );
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let Some((universe, _)) = mpi::initialize_with_threading(Threading::Funneled) else {
         eprintln!("MPI was already initialised");
@@ -1217,6 +1278,10 @@ fn main() -> ExitCode {
         (
             "train_rnn_zero_matches_the_replicated_mode",
             train_rnn_zero_matches_the_replicated_mode,
+        ),
+        (
+            "zero_misuse_stops_every_rank_unchanged",
+            zero_misuse_stops_every_rank_unchanged,
         ),
     ];
     let (mut passed, mut failed) = (0, 0);

@@ -76,22 +76,23 @@ impl Partition {
     /// ranks).
     ///
     /// # Errors
-    /// [`Error::BadRank`] when `ranks` is 0.
+    /// [`Error::BadOption`] when `ranks` is 0.
     ///
     /// ```
     /// use scopetree::{ScopeTree, ranks::{Error, Manifest, Partition}};
     /// let tree = ScopeTree::new();
     /// let m = Manifest::of_tree(&tree, tree.root())?;
-    /// assert!(matches!(Partition::new(&m, 0), Err(Error::BadRank { .. })));
+    /// assert!(matches!(Partition::new(&m, 0), Err(Error::BadOption { .. })));
     /// assert_eq!(Partition::new(&m, 3)?.bytes(2), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn new(manifest: &Manifest, ranks: usize) -> Result<Self, Error> {
         if ranks == 0 {
-            return Err(Error::BadRank {
-                rank: 0,
-                size: 0,
-                what: "a partition needs at least one rank",
+            return Err(Error::BadOption {
+                reason: format!(
+                    "a partition of scope `{}` into 0 ranks; pass the world's size (at least 1)",
+                    crate::short::path(manifest.scope())
+                ),
             });
         }
         // (element size, elements) per variable.
