@@ -31,6 +31,7 @@ fn config() -> Config {
         lr: 0.02,
         seed: 5,
         eval_seqs: 16,
+        zero: false,
     }
 }
 

@@ -31,7 +31,9 @@ use mpi::Threading;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator as _;
 use scopetree::checkpoint::{self, SaveOptions, Tensor};
-use scopetree::ranks::{Collective, DIGEST_BYTES, Error, Manifest, PlanOptions, Reduce, SyncPlan};
+use scopetree::ranks::{
+    Collective, DIGEST_BYTES, Error, Manifest, Partition, PlanOptions, Reduce, SyncPlan,
+};
 use scopetree::{ScopeId, ScopeTree, VarId};
 
 #[path = "../examples/train_rnn/model.rs"]
@@ -807,6 +809,7 @@ fn train_rnn_across_ranks_matches_one_process(world: &World) -> Check {
         lr: 0.02,
         seed: 5,
         eval_seqs: 16,
+        zero: false,
     };
     let e = |e: model::Error| e.to_string();
     let mut ranked = model::Trainer::with_world(cfg(1), Box::new(world.duplicate())).map_err(e)?;
@@ -835,6 +838,363 @@ fn train_rnn_across_ranks_matches_one_process(world: &World) -> Check {
         );
     }
     ensure!(world, ranked_correct > 0, "nothing predicted right");
+    Ok(())
+}
+
+// ----- ZeRO stage 1: the partition, reduce-scatter and all-gather ----------
+
+/// Checks that `part` cuts `manifest` into contiguous slices in rank order
+/// that cover every element once, each within one element of an equal share.
+fn partition_fits(part: &Partition, manifest: &Manifest, n: usize) -> Result<(), String> {
+    let vars: Vec<(usize, usize)> = manifest
+        .entries()
+        .iter()
+        .map(|e| (e.dtype.bitsize() / 8, e.shape.iter().product()))
+        .collect();
+    let total: usize = vars.iter().map(|(s, l)| s * l).sum();
+    if part.ranks() != n {
+        return Err(format!(
+            "{} ranks in the partition, {n} in the world",
+            part.ranks()
+        ));
+    }
+    let (mut var, mut elem) = (0, 0);
+    for r in 0..n {
+        let mut bytes = 0;
+        for p in part.pieces(r) {
+            while var < vars.len() && elem == vars[var].1 {
+                (var, elem) = (var + 1, 0);
+            }
+            if (p.var, p.start) != (var, elem) || p.len == 0 || p.start + p.len > vars[var].1 {
+                return Err(format!(
+                    "rank {r}: piece {p:?} where ({var}, {elem}) was next"
+                ));
+            }
+            elem += p.len;
+            bytes += p.len * vars[var].0;
+        }
+        if bytes != part.bytes(r) || bytes.abs_diff(total / n) > 8 {
+            return Err(format!("rank {r}: {bytes} bytes of {total} over {n} ranks"));
+        }
+    }
+    while var < vars.len() && elem == vars[var].1 {
+        (var, elem) = (var + 1, 0);
+    }
+    if var != vars.len() {
+        return Err(format!("element {elem} of variable {var} has no owner"));
+    }
+    Ok(())
+}
+
+fn the_partition_is_contiguous_complete_and_balanced(world: &World) -> Check {
+    let g = Grads::new(rank(world), 30);
+    let plan =
+        SyncPlan::new(world, &g.tree, g.scope, &PlanOptions::new()).map_err(|e| e.to_string())?;
+    let same =
+        same_everywhere(world, &format!("{:?}", plan.partition())).map_err(|e| e.to_string())?;
+    ensure!(world, same, "the ranks computed different partitions");
+    partition_fits(plan.partition(), plan.manifest(), size(world))
+        .map_err(|e| format!("rank {}: {e}", rank(world)))
+}
+
+/// Which rank owns element `i` of variable `v`, by variable.
+fn owners(part: &Partition, vars: usize) -> Vec<Vec<usize>> {
+    let mut out = vec![Vec::new(); vars];
+    for r in 0..part.ranks() {
+        for p in part.pieces(r) {
+            out[p.var].resize(p.start + p.len, r);
+        }
+    }
+    out
+}
+
+/// Reduce-scatter then all-gather, against the all-reduce of the same
+/// gradients: the owned elements equal the all-reduce's exactly (small
+/// integers), the others keep the rank's own values; the all-gather gives
+/// every rank each owner's values; and the steady state allocates nothing.
+fn reduce_scatter_and_all_gather_match_the_all_reduce(world: &World) -> Check {
+    let (me, n) = (rank(world), size(world));
+    let e = |x: Error| x.to_string();
+    let mut wrong = Vec::new();
+    for op in [Reduce::Sum, Reduce::Mean] {
+        let mut a = Grads::new(me, 30);
+        let mut b = Grads::new(me, 30);
+        let mut pa = SyncPlan::new(world, &a.tree, a.scope, &PlanOptions::new()).map_err(e)?;
+        let mut pb = SyncPlan::new(world, &b.tree, b.scope, &PlanOptions::new()).map_err(e)?;
+        pa.all_reduce(world, &mut a.tree, op).map_err(e)?;
+        pb.reduce_scatter(world, &mut b.tree, op).map_err(e)?;
+        let own = owners(pb.partition(), b.vars.len());
+        let mine = Grads::new(me, 30).each();
+        for ((&(v, i, x), &(_, _, y)), &(_, _, local)) in a.each().iter().zip(&b.each()).zip(&mine)
+        {
+            let want = if own[v][i] == me { x } else { local };
+            if y != want {
+                wrong.push(format!("{op:?} var {v}[{i}]: {y} != {want}"));
+            }
+        }
+    }
+    // All-gather: each element comes from its owner.
+    let mut c = Grads::new(me, 30);
+    let mut pc = SyncPlan::new(world, &c.tree, c.scope, &PlanOptions::new()).map_err(e)?;
+    pc.all_gather(world, &mut c.tree).map_err(e)?;
+    let own = owners(pc.partition(), c.vars.len());
+    let from: Vec<Vec<(usize, usize, f64)>> = (0..n).map(|r| Grads::new(r, 30).each()).collect();
+    for (k, &(v, i, x)) in c.each().iter().enumerate() {
+        if x != from[own[v][i]][k].2 {
+            wrong.push(format!(
+                "all-gather var {v}[{i}]: {x} from rank {}",
+                own[v][i]
+            ));
+        }
+    }
+    // The steady state: after the first calls, nothing allocates.
+    pc.reduce_scatter(world, &mut c.tree, Reduce::Mean)
+        .map_err(e)?;
+    let before = ALLOCS.with(Cell::get);
+    let mut failed = None;
+    for _ in 0..20 {
+        let step = pc
+            .reduce_scatter(world, &mut c.tree, Reduce::Mean)
+            .and_then(|()| pc.all_gather(world, &mut c.tree));
+        if let Err(x) = step {
+            failed = Some(x);
+            break;
+        }
+    }
+    let allocs = ALLOCS.with(Cell::get) - before;
+    if let Some(x) = failed {
+        return Err(x.to_string());
+    }
+    // Non-integer values: does the reduce-scatter round as the all-reduce
+    // does? Information only (MPI promises neither the same grouping).
+    let mut f = Grads::new(me, 30);
+    let mut g = Grads::new(me, 30);
+    for t in [&mut f, &mut g] {
+        for &(v, _) in &t.vars {
+            if let Ok(x) = t.tree.get_mut::<Vec<f32>>(v) {
+                for (i, y) in x.iter_mut().enumerate() {
+                    *y = 1.0 / (1.0 + (i + 3 * me) as f32).sqrt();
+                }
+            }
+        }
+    }
+    let mut pf = SyncPlan::new(world, &f.tree, f.scope, &PlanOptions::new()).map_err(e)?;
+    let mut pg = SyncPlan::new(world, &g.tree, g.scope, &PlanOptions::new()).map_err(e)?;
+    pf.all_reduce(world, &mut f.tree, Reduce::Sum).map_err(e)?;
+    pg.reduce_scatter(world, &mut g.tree, Reduce::Sum)
+        .map_err(e)?;
+    let own = owners(pg.partition(), g.vars.len());
+    let differ = f
+        .each()
+        .iter()
+        .zip(&g.each())
+        .filter(|((v, i, x), (_, _, y))| own[*v][*i] == me && x != y)
+        .count();
+    if me == 0 {
+        println!(
+            "info: {n} ranks: {differ} of rank 0's reduce-scattered f32 sums differ from the all-reduce's"
+        );
+    }
+    ensure!(
+        world,
+        wrong.is_empty(),
+        "{} wrong, first {:?}",
+        wrong.len(),
+        wrong.first()
+    );
+    ensure!(world, allocs == 0, "{allocs} allocations in 20 steps");
+    Ok(())
+}
+
+/// `train_rnn` with the Adam moments partitioned (`zero`) against the
+/// replicated mode, on the same world: each rank holds about 1/N of the
+/// moments (their bytes add up to the replicated mode's, each within 16
+/// bytes of 1/N); the parameters and the owned moments are bit-identical at
+/// 1 and 2 ranks, and within a relative 1e-3 at more, where MPI may group
+/// a reduce-scatter's additions unlike an all-reduce's (docs/distributed.md); a ZeRO
+/// checkpoint resumes in both modes to the same parameters and moments.
+fn train_rnn_zero_matches_the_replicated_mode(world: &World) -> Check {
+    let (me, n) = (rank(world), size(world));
+    let cfg = |zero| model::Config {
+        seq_len: 8,
+        hidden: 16,
+        task: model::Task::Echo { delay: 2 },
+        tokens: 5,
+        epochs: 1,
+        updates_per_epoch: 1,
+        batch: 8,
+        workers: 1,
+        lr: 0.02,
+        seed: 5,
+        eval_seqs: 16,
+        zero,
+    };
+    let e = |e: model::Error| e.to_string();
+    let mut rep = model::Trainer::with_world(cfg(false), Box::new(world.duplicate())).map_err(e)?;
+    let mut zero = model::Trainer::with_world(cfg(true), Box::new(world.duplicate())).map_err(e)?;
+    for _ in 0..12 {
+        rep.train_update().map_err(e)?;
+        zero.train_update().map_err(e)?;
+    }
+    zero.check_consistency().map_err(|x| x.to_string())?;
+    // Memory: the moments' bytes on every rank.
+    let whole = rep.moment_bytes().map_err(e)?;
+    let per_rank = zero.moment_bytes_per_rank().map_err(e)?;
+    // Parameters and owned moments against the replicated ones.
+    let (mut max_abs, mut max_rel) = (0.0_f32, 0.0_f32);
+    for (&p, &q) in rep.params.iter().zip(&zero.params) {
+        let (a, b) = (
+            rep.tree.get::<Vec<f32>>(p).map_err(|x| x.to_string())?,
+            zero.tree.get::<Vec<f32>>(q).map_err(|x| x.to_string())?,
+        );
+        for (x, y) in a.iter().zip(b) {
+            max_abs = max_abs.max((x - y).abs());
+            max_rel = max_rel.max((x - y).abs() / x.abs().max(1e-30));
+        }
+    }
+    let mut moments_differ = 0;
+    for ((_, m, v), (s, zm, zv)) in rep
+        .moment_pieces()
+        .map_err(e)?
+        .iter()
+        .zip(zero.moment_pieces().map_err(e)?)
+    {
+        let len = zm.len();
+        moments_differ += usize::from(m[s..s + len] != zm[..] || v[s..s + len] != zv[..]);
+    }
+    let (pd, zd) = (
+        rep.params_digest().map_err(|x| x.to_string())?,
+        zero.params_digest().map_err(|x| x.to_string())?,
+    );
+    let (rm, zm) = (
+        rep.moments_digest().map_err(e)?,
+        zero.moments_digest().map_err(e)?,
+    );
+    // A ZeRO checkpoint, resumed in the replicated mode and in ZeRO.
+    let dir = shared_dir(world).map_err(|x| x.to_string())?;
+    let path = dir.join("zero.safetensors");
+    zero.save(&path).map_err(e)?;
+    let mut back_rep =
+        model::Trainer::with_world(cfg(false), Box::new(world.duplicate())).map_err(e)?;
+    back_rep.resume(&path).map_err(e)?;
+    let mut back_zero =
+        model::Trainer::with_world(cfg(true), Box::new(world.duplicate())).map_err(e)?;
+    back_zero.resume(&path).map_err(e)?;
+    let resumed = [
+        back_rep.params_digest().map_err(|x| x.to_string())?,
+        back_rep.moments_digest().map_err(e)?,
+        back_zero.params_digest().map_err(|x| x.to_string())?,
+        back_zero.moments_digest().map_err(e)?,
+    ];
+    let back_bytes = back_zero.moment_bytes().map_err(e)?;
+    world.barrier().map_err(|x| x.to_string())?;
+    if me == 0 {
+        let _ = std::fs::remove_dir_all(&dir);
+        println!(
+            "info: {n} ranks: moments {whole} bytes replicated, {per_rank:?} with zero; \
+             parameters: largest difference {max_abs:e} (relative {max_rel:e}); \
+             {moments_differ} of 5 owned moment pieces differ"
+        );
+    }
+    ensure!(
+        world,
+        per_rank.iter().sum::<usize>() == whole,
+        "{per_rank:?} do not add up to {whole}"
+    );
+    ensure!(
+        world,
+        per_rank.iter().all(|&b| b.abs_diff(whole / n) <= 16),
+        "{per_rank:?} are not about {whole} / {n}"
+    );
+    ensure!(
+        world,
+        back_bytes == per_rank[me],
+        "resumed: {back_bytes} bytes of moments"
+    );
+    ensure!(
+        world,
+        resumed == [zd.clone(), zm.clone(), zd.clone(), zm.clone()],
+        "resumed {resumed:?}, saved {zd} {zm}"
+    );
+    if n <= 2 {
+        ensure!(
+            world,
+            pd == zd && rm == zm,
+            "params {pd} vs {zd}, moments {rm} vs {zm}"
+        );
+        ensure!(
+            world,
+            max_abs == 0.0 && moments_differ == 0,
+            "{max_abs:e}, {moments_differ}"
+        );
+    } else {
+        ensure!(
+            world,
+            max_rel.total_cmp(&1e-3).is_lt(),
+            "parameters differ by {max_rel:e} (relative)"
+        );
+    }
+    Ok(())
+}
+
+/// Misuse of the partitioned exchange stops every rank with the same kind
+/// of error, changes nothing and never hangs: reductions that differ
+/// between ranks, and a rank whose tree changed before an all-gather.
+fn zero_misuse_stops_every_rank_unchanged(world: &World) -> Check {
+    let (me, last, n) = (rank(world), size(world) - 1, size(world));
+    let e = |x: Error| x.to_string();
+    let mut g = Grads::new(me, 10);
+    let before = g.each();
+    let mut plan = SyncPlan::new(world, &g.tree, g.scope, &PlanOptions::new()).map_err(e)?;
+    let op = if me == last && n > 1 {
+        Reduce::Mean
+    } else {
+        Reduce::Sum
+    };
+    let got = plan.reduce_scatter(world, &mut g.tree, op);
+    let msg = got
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let same = same_everywhere(world, &msg).map_err(e)?;
+    let unchanged = g.each() == before;
+    if me == 0 {
+        let (v, _) = g.vars[0];
+        g.tree
+            .get_mut::<Vec<f32>>(v)
+            .map_err(|x| x.to_string())?
+            .push(1.0);
+    }
+    let changed_before = g.each();
+    let gathered = plan.all_gather(world, &mut g.tree);
+    let gather_ok = match (me, &gathered) {
+        (0, Err(Error::Changed { key, .. })) => key == "l0000/g",
+        (_, Err(Error::PeerFailed { ranks, .. })) => me > 0 && ranks == &[0],
+        _ => false,
+    };
+    ensure!(world, same, "the error differs between ranks: {msg}");
+    if n > 1 {
+        ensure!(
+            world,
+            matches!(got, Err(Error::ArgumentsDiffer { .. }))
+                && msg.contains(&format!("on rank {last}")),
+            "{msg}"
+        );
+    } else {
+        ensure!(world, got.is_ok(), "{msg}");
+    }
+    ensure!(
+        world,
+        n == 1 || unchanged,
+        "a refused reduce-scatter changed values"
+    );
+    ensure!(world, gather_ok, "{gathered:?}");
+    ensure!(
+        world,
+        g.each() == changed_before,
+        "a refused all-gather changed values"
+    );
     Ok(())
 }
 
@@ -906,6 +1266,22 @@ fn main() -> ExitCode {
         (
             "arguments_that_differ_stop_every_rank",
             arguments_that_differ_stop_every_rank,
+        ),
+        (
+            "the_partition_is_contiguous_complete_and_balanced",
+            the_partition_is_contiguous_complete_and_balanced,
+        ),
+        (
+            "reduce_scatter_and_all_gather_match_the_all_reduce",
+            reduce_scatter_and_all_gather_match_the_all_reduce,
+        ),
+        (
+            "train_rnn_zero_matches_the_replicated_mode",
+            train_rnn_zero_matches_the_replicated_mode,
+        ),
+        (
+            "zero_misuse_stops_every_rank_unchanged",
+            zero_misuse_stops_every_rank_unchanged,
         ),
     ];
     let (mut passed, mut failed) = (0, 0);

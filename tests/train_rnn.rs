@@ -23,6 +23,7 @@ fn short_config(workers: usize) -> Config {
         lr: 0.02,
         seed: 11,
         eval_seqs: 128,
+        zero: false,
     }
 }
 
@@ -150,5 +151,35 @@ fn evaluation_ping_pongs_two_step_scopes() -> Result<(), Error> {
         trainer.tree.get::<Vec<f32>>(h),
         Err(scopetree::Error::StaleVar { .. })
     ));
+    Ok(())
+}
+
+/// `--zero` on one process: the rank owns every slice, so it is the
+/// replicated mode, bit for bit, and its checkpoints resume exactly.
+#[test]
+fn zero_mode_on_one_process_is_the_replicated_mode() -> Result<(), Error> {
+    let zero_cfg = Config {
+        zero: true,
+        ..short_config(2)
+    };
+    let mut rep = Trainer::new(short_config(2))?;
+    let mut zero = Trainer::new(zero_cfg.clone())?;
+    for _ in 0..5 {
+        rep.train_update()?;
+        zero.train_update()?;
+    }
+    assert_eq!(rep.params_digest()?, zero.params_digest()?);
+    assert_eq!(rep.moments_digest()?, zero.moments_digest()?);
+    assert_eq!(rep.moment_bytes()?, zero.moment_bytes()?);
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("zero.safetensors");
+    zero.save(&path)?;
+    let mut back = Trainer::new(zero_cfg)?;
+    back.resume(&path)?;
+    assert_eq!(back.updates(), 5);
+    back.train_update()?;
+    zero.train_update()?;
+    assert_eq!(back.params_digest()?, zero.params_digest()?);
+    assert_eq!(back.moments_digest()?, zero.moments_digest()?);
     Ok(())
 }

@@ -27,6 +27,15 @@
 //! `docs/distributed.md`), and after every epoch the ranks check that their
 //! parameters are bit-identical. Rank 0 prints. Without `mpirun` (or without
 //! the feature) the example is one process, as before.
+//!
+//! `--zero` partitions the optimiser state across the ranks (ZeRO stage 1):
+//! each rank's tree holds the Adam moments of its own slice of the
+//! parameters only, the gradients are reduce-scattered, each rank steps its
+//! slice and the parameters are all-gathered. Checkpoints hold the whole
+//! moments (gathered to rank 0) and resume in either mode. The output
+//! names the moments' bytes on every rank, and ends with digests of the
+//! parameters and of the moments that the replicated mode prints too (and,
+//! in the replicated mode only, the digest of the checkpoint's keys).
 
 mod model;
 
@@ -40,7 +49,7 @@ use scopetree::ranks::Collective;
 
 const USAGE: &str = "usage: train_rnn [--seq-len N] [--hidden N] [--epochs N] [--workers N] \
 [--seed N] [--task echo|echoN|sum] [--tokens N] [--batch N] [--updates N] [--lr X] [--eval-seqs N] \
-[--save PATH] [--save-every N] [--resume PATH]";
+[--save PATH] [--save-every N] [--resume PATH] [--zero]";
 
 /// Checkpoint paths from `--save` and `--resume`, and `--save-every`.
 #[derive(Default)]
@@ -57,6 +66,10 @@ fn parse_args() -> Result<(Config, Checkpoints), String> {
     while let Some(flag) = args.next() {
         if flag == "--help" || flag == "-h" {
             return Err(USAGE.to_owned());
+        }
+        if flag == "--zero" {
+            cfg.zero = true;
+            continue;
         }
         let value = args
             .next()
@@ -180,7 +193,7 @@ fn run(cfg: Config, ckpt: &Checkpoints, world: Box<dyn Collective>) -> Result<()
     };
     say!(
         "train_rnn: {task}, {k} tokens | seq len {T}, hidden {H}, batch {B}, {W} worker(s){per}, \
-         {E} epochs x {U} updates, seed {S} | chance {c:.1}%",
+         {E} epochs x {U} updates, seed {S}{z} | chance {c:.1}%",
         task = match cfg.task {
             Task::Echo { delay } => format!("echo the token seen {delay} steps before"),
             Task::Sum => format!("running sum mod {}", cfg.tokens),
@@ -193,9 +206,24 @@ fn run(cfg: Config, ckpt: &Checkpoints, world: Box<dyn Collective>) -> Result<()
         E = cfg.epochs,
         U = cfg.updates_per_epoch,
         S = cfg.seed,
+        z = if cfg.zero { " | zero" } else { "" },
         c = 100.0 / cfg.tokens as f64,
     );
     let mut trainer = Trainer::with_world(cfg.clone(), world)?;
+    let per_rank = trainer.moment_bytes_per_rank()?;
+    say!(
+        "optimiser state (Adam moments) per rank: {} bytes{}",
+        per_rank
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        if cfg.zero {
+            " (partitioned, --zero)"
+        } else {
+            " (replicated)"
+        }
+    );
     if let Some(path) = &ckpt.resume {
         trainer.resume(path)?;
         say!(
@@ -260,9 +288,18 @@ fn run(cfg: Config, ckpt: &Checkpoints, world: Box<dyn Collective>) -> Result<()
             path.display()
         );
     }
-    say!(
-        "parameters and optimiser state: digest {}",
-        trainer.state_digest()?
-    );
+    // Collective calls: every rank makes them, rank 0 prints.
+    let moments = trainer.moments_digest()?;
+    say!("parameters: digest {}", trainer.params_digest()?);
+    say!("Adam moments: digest {moments}");
+    if !cfg.zero {
+        // The ZeRO mode's gradients outside a rank's slice are that rank's
+        // own: this digest (of the checkpoint's keys) is the replicated
+        // mode's only.
+        say!(
+            "parameters and optimiser state: digest {}",
+            trainer.state_digest()?
+        );
+    }
     Ok(())
 }

@@ -45,6 +45,56 @@ fn checkpoint_key(key: &str) -> bool {
     !key.contains('/') || key.starts_with("optim/")
 }
 
+/// A piece of one parameter's Adam moments: its first element in the
+/// parameter, then `m` and `v`.
+pub type MomentPiece = (usize, Vec<f32>, Vec<f32>);
+
+/// The parameters: the root's own variables.
+fn param_key(key: &str) -> bool {
+    !key.contains('/')
+}
+
+/// The Adam moments, under `optim`.
+fn moment_key(key: &str) -> bool {
+    key.starts_with("optim/") && (key.ends_with("@M") || key.ends_with("@V"))
+}
+
+/// The piece of each parameter (in `PARAMS` order) whose Adam step `rank`
+/// takes: its slice of the gradients' partition with `zero`, else the whole
+/// parameter. The parameters' plan must cut the same way.
+fn shards(
+    grad_plan: &SyncPlan,
+    param_plan: &SyncPlan,
+    rank: usize,
+    zero: bool,
+) -> Result<[(usize, usize); 5], Error> {
+    if grad_plan.partition() != param_plan.partition() {
+        return Err(
+            "the gradients and the parameters are partitioned differently; \
+                    give them the same names, dtypes and shapes"
+                .into(),
+        );
+    }
+    let entries = grad_plan.manifest().entries();
+    let mut out = [(0, 0); 5];
+    for (i, name) in PARAMS.iter().enumerate() {
+        let key = format!("{name}@GRAD");
+        let at = entries
+            .iter()
+            .position(|e| e.key == key)
+            .ok_or_else(|| format!("no gradient `optim/{key}` in the plan"))?;
+        out[i] = if zero {
+            grad_plan
+                .partition()
+                .piece_of(rank, at)
+                .map_or((0, 0), |p| (p.start, p.len))
+        } else {
+            (0, entries[at].shape.iter().product())
+        };
+    }
+    Ok(out)
+}
+
 /// Training settings (the example's flags).
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -70,6 +120,10 @@ pub struct Config {
     pub seed: u64,
     /// Held-out sequences evaluated after each epoch.
     pub eval_seqs: usize,
+    /// ZeRO stage 1: each rank keeps the Adam moments of its own slice of
+    /// the parameters only (`ranks::Partition`), the gradients are
+    /// reduce-scattered and the parameters all-gathered.
+    pub zero: bool,
 }
 
 impl Default for Config {
@@ -86,6 +140,7 @@ impl Default for Config {
             lr: 0.01,
             seed: 7,
             eval_seqs: 512,
+            zero: false,
         }
     }
 }
@@ -267,8 +322,15 @@ pub struct Trainer {
     pub eval: Eval,
     worker_scopes: Vec<ScopeId>,
     grads: [VarId; 5],
-    adam_m: [VarId; 5],
-    adam_v: [VarId; 5],
+    /// `optim/<param>@M` and `@V`: absent for a parameter of which this rank
+    /// owns no piece (ZeRO), and as long as the piece otherwise.
+    adam_m: [Option<VarId>; 5],
+    adam_v: [Option<VarId>; 5],
+    /// The piece of each parameter whose Adam step this rank takes (first
+    /// element, length): the whole parameter unless `cfg.zero`.
+    shard: [(usize, usize); 5],
+    /// The `optim` scope.
+    optim: ScopeId,
     /// `optim/step`: the number of updates done, as a one-element `Vec<u64>`
     /// (kept in step with `updates` at every save and resume).
     step: VarId,
@@ -279,7 +341,11 @@ pub struct Trainer {
     grad_plan: SyncPlan,
     /// The parameters and the optimiser state (the checkpoint's keys):
     /// broadcast at the start, checked for consistency, saved and loaded.
+    /// With `cfg.zero`, the parameters and `optim/step` only (the ranks'
+    /// moments differ); saves and loads then gather the moments first.
     state_plan: SyncPlan,
+    /// The parameters: all-gathered after each step with `cfg.zero`.
+    param_plan: SyncPlan,
 }
 
 /// The parameter values as a worker or the evaluation reads them.
@@ -347,12 +413,8 @@ impl Trainer {
         }
         let optim = tree.new_named_scope(root, "optim")?;
         let grads = var_array(&mut tree, optim, "@GRAD")?;
-        let adam_m = var_array(&mut tree, optim, "@M")?;
-        let adam_v = var_array(&mut tree, optim, "@V")?;
-        for set in [grads, adam_m, adam_v] {
-            for (&v, (rows, cols)) in set.iter().zip(param_shapes(h, k)) {
-                tree.set(v, vec![0.0_f32; rows * cols])?;
-            }
+        for (&v, (rows, cols)) in grads.iter().zip(param_shapes(h, k)) {
+            tree.set(v, vec![0.0_f32; rows * cols])?;
         }
         let step = tree.create_var(optim, "step")?;
         tree.set(step, vec![0_u64])?;
@@ -411,12 +473,25 @@ impl Trainer {
             optim,
             &PlanOptions::new().filter(|key| key.ends_with("@GRAD")),
         )?;
-        let mut state_plan = SyncPlan::new(
-            &*world,
-            &tree,
-            root,
-            &PlanOptions::new().filter(checkpoint_key),
-        )?;
+        let param_plan =
+            SyncPlan::new(&*world, &tree, root, &PlanOptions::new().filter(param_key))?;
+        let shard = shards(&grad_plan, &param_plan, rank, cfg.zero)?;
+        // The Adam moments, of this rank's pieces only.
+        let (mut adam_m, mut adam_v) = ([None; 5], [None; 5]);
+        for (i, &(_, len)) in shard.iter().enumerate().filter(|(_, s)| s.1 > 0) {
+            for (set, suffix) in [(&mut adam_m, "@M"), (&mut adam_v, "@V")] {
+                let v = tree.create_var(optim, format!("{}{suffix}", PARAMS[i]))?;
+                tree.set(v, vec![0.0_f32; len])?;
+                set[i] = Some(v);
+            }
+        }
+        let state_key: fn(&str) -> bool = if cfg.zero {
+            |key| param_key(key) || key == "optim/step"
+        } else {
+            checkpoint_key
+        };
+        let mut state_plan =
+            SyncPlan::new(&*world, &tree, root, &PlanOptions::new().filter(state_key))?;
         state_plan.broadcast(&*world, &mut tree, 0)?;
         Ok(Trainer {
             cfg,
@@ -428,11 +503,14 @@ impl Trainer {
             grads,
             adam_m,
             adam_v,
+            shard,
+            optim,
             step,
             updates: 0,
             world,
             grad_plan,
             state_plan,
+            param_plan,
         })
     }
 
@@ -481,11 +559,170 @@ impl Trainer {
     ///
     /// # Errors
     /// When the file cannot be written (on every rank).
-    pub fn save(&mut self, path: &Path) -> Result<(), ranks::Error> {
+    ///
+    /// With `cfg.zero` the file is the same: every rank's moments are first
+    /// gathered into whole `@M`/`@V` variables on every rank (a collective
+    /// call), rank 0 saves, and each rank then keeps its own pieces again.
+    pub fn save(&mut self, path: &Path) -> Result<(), Error> {
         self.tree.set(self.step, vec![self.updates])?;
-        self.state_plan
-            .save_on_root(&*self.world, &self.tree, path, 0, &SaveOptions::new())?;
-        Ok(())
+        if !self.cfg.zero {
+            self.state_plan
+                .save_on_root(&*self.world, &self.tree, path, 0, &SaveOptions::new())?;
+            return Ok(());
+        }
+        self.with_whole_moments(|t| {
+            let full = SyncPlan::new(
+                &*t.world,
+                &t.tree,
+                t.tree.root(),
+                &PlanOptions::new().filter(checkpoint_key),
+            )?;
+            full.save_on_root(&*t.world, &t.tree, path, 0, &SaveOptions::new())?;
+            Ok(())
+        })
+    }
+
+    /// Runs `f` while every rank holds the whole Adam moments: each rank's
+    /// pieces are all-gathered into whole `optim/<param>@M` and `@V`
+    /// variables (created where missing), and cut back to this rank's pieces
+    /// afterwards (the variables of other ranks' slices removed), whatever
+    /// `f` returned. A collective call; only with `cfg.zero`.
+    fn with_whole_moments<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let sizes = param_shapes(self.cfg.hidden, self.cfg.tokens).map(|(r, c)| r * c);
+        for i in 0..5 {
+            let (s, n) = self.shard[i];
+            for (set, suffix) in [(&mut self.adam_m, "@M"), (&mut self.adam_v, "@V")] {
+                let mut whole = vec![0.0_f32; sizes[i]];
+                match set[i] {
+                    Some(v) => whole[s..s + n].copy_from_slice(self.tree.get::<Vec<f32>>(v)?),
+                    None => {
+                        set[i] = Some(
+                            self.tree
+                                .create_var(self.optim, format!("{}{suffix}", PARAMS[i]))?,
+                        );
+                    }
+                }
+                self.tree.set(set[i].ok_or("a moment variable")?, whole)?;
+            }
+        }
+        let gathered = (|| -> Result<(), Error> {
+            for suffix in ["@M", "@V"] {
+                let mut plan = SyncPlan::new(
+                    &*self.world,
+                    &self.tree,
+                    self.optim,
+                    &PlanOptions::new().filter(move |k| k.ends_with(suffix)),
+                )?;
+                if plan.partition() != self.grad_plan.partition() {
+                    return Err("the moments are partitioned unlike the gradients".into());
+                }
+                plan.all_gather(&*self.world, &mut self.tree)?;
+            }
+            Ok(())
+        })();
+        let out = gathered.and_then(|()| f(self));
+        for i in 0..5 {
+            let (s, n) = self.shard[i];
+            for set in [&mut self.adam_m, &mut self.adam_v] {
+                let Some(v) = set[i] else { continue };
+                if n == 0 {
+                    self.tree.remove_var(v)?;
+                    set[i] = None;
+                } else {
+                    let piece = self.tree.get::<Vec<f32>>(v)?[s..s + n].to_vec();
+                    self.tree.set(v, piece)?;
+                }
+            }
+        }
+        out
+    }
+
+    /// The bytes of the Adam moments this rank's tree holds (every
+    /// `optim/*@M` and `*@V` variable, whole or piece).
+    ///
+    /// # Errors
+    /// Only on a bug in the model code (a tree misuse).
+    pub fn moment_bytes(&self) -> Result<usize, Error> {
+        let mut bytes = 0;
+        for (name, v) in self.tree.local_vars(self.optim)? {
+            if name.ends_with("@M") || name.ends_with("@V") {
+                bytes += self.tree.get::<Vec<f32>>(v)?.len() * 4;
+            }
+        }
+        Ok(bytes)
+    }
+
+    /// [`moment_bytes`](Self::moment_bytes) of every rank, by rank (a
+    /// collective call).
+    ///
+    /// # Errors
+    /// Only on a misuse of the collective (a bug).
+    pub fn moment_bytes_per_rank(&self) -> Result<Vec<usize>, Error> {
+        let n = self.world.size();
+        let mut mine = vec![0.0_f64; n];
+        mine[self.world.rank()] = self.moment_bytes()? as f64;
+        let mut all = vec![0.0_f64; n];
+        self.world.all_reduce_sum_f64(&mine, &mut all)?;
+        Ok(all.into_iter().map(|b| b as usize).collect())
+    }
+
+    /// A 128-bit digest of the parameters alone, as hex: the same in the
+    /// replicated and the ZeRO mode when they compute the same parameters.
+    ///
+    /// # Errors
+    /// Only on a bug in the model code (a tree misuse).
+    pub fn params_digest(&mut self) -> Result<String, ranks::Error> {
+        let d = self.param_plan.digest(&self.tree)?;
+        Ok(d.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// A 128-bit digest of the whole Adam moments, as hex (with `cfg.zero`,
+    /// gathered from every rank first: a collective call).
+    ///
+    /// # Errors
+    /// Only on a bug in the model code (a tree misuse).
+    pub fn moments_digest(&mut self) -> Result<String, Error> {
+        let digest = |t: &mut Self| -> Result<String, Error> {
+            let root = t.tree.root();
+            let mut plan = SyncPlan::new(
+                &*t.world,
+                &t.tree,
+                root,
+                &PlanOptions::new().filter(moment_key),
+            )?;
+            let d = plan.digest(&t.tree)?;
+            Ok(d.iter().map(|b| format!("{b:02x}")).collect())
+        };
+        if self.cfg.zero {
+            self.with_whole_moments(digest)
+        } else {
+            digest(self)
+        }
+    }
+
+    /// This rank's piece of each parameter's Adam moments, `(m, v)`, in
+    /// `PARAMS` order, with the first element of the piece (empty where
+    /// this rank owns none).
+    ///
+    /// # Errors
+    /// Only on a bug in the model code (a tree misuse).
+    // The MPI tests compare them with the replicated mode's.
+    #[allow(dead_code)]
+    pub fn moment_pieces(&self) -> Result<Vec<MomentPiece>, Error> {
+        let mut out = Vec::with_capacity(5);
+        for i in 0..5 {
+            let get = |v: Option<VarId>| -> Result<Vec<f32>, Error> {
+                Ok(match v {
+                    Some(v) => self.tree.get::<Vec<f32>>(v)?.clone(),
+                    None => Vec::new(),
+                })
+            };
+            out.push((self.shard[i].0, get(self.adam_m[i])?, get(self.adam_v[i])?));
+        }
+        Ok(out)
     }
 
     /// Loads what [`save`](Self::save) wrote, strictly: the file must hold
@@ -497,9 +734,25 @@ impl Trainer {
     /// # Errors
     /// When the file cannot be read or does not match this model (then
     /// nothing changed), on every rank.
-    pub fn resume(&mut self, path: &Path) -> Result<(), ranks::Error> {
-        self.state_plan
-            .load_on_all(&*self.world, &mut self.tree, path)?;
+    ///
+    /// With `cfg.zero` every rank loads the whole moments, then keeps its
+    /// own pieces: a checkpoint of either mode resumes in either mode.
+    pub fn resume(&mut self, path: &Path) -> Result<(), Error> {
+        if self.cfg.zero {
+            self.with_whole_moments(|t| {
+                let mut full = SyncPlan::new(
+                    &*t.world,
+                    &t.tree,
+                    t.tree.root(),
+                    &PlanOptions::new().filter(checkpoint_key),
+                )?;
+                full.load_on_all(&*t.world, &mut t.tree, path)?;
+                Ok(())
+            })?;
+        } else {
+            self.state_plan
+                .load_on_all(&*self.world, &mut self.tree, path)?;
+        }
         // The load checked that `step` holds exactly one element.
         self.updates = self.tree.get::<Vec<u64>>(self.step)?[0];
         Ok(())
@@ -557,31 +810,50 @@ impl Trainer {
                 }
             }
         }
-        self.grad_plan.all_reduce(&*self.world, tree, Reduce::Sum)?;
-        for i in 0..5 {
-            norm2 += tree
-                .get::<Vec<f32>>(self.grads[i])?
+        // Each parameter's squared norm over the pieces this rank steps; with
+        // ZeRO each is summed over the ranks (one rank's, plus zeros, when a
+        // parameter lies in one rank's slice).
+        let mut parts = [0.0_f32; 5];
+        if self.cfg.zero {
+            self.grad_plan
+                .reduce_scatter(&*self.world, tree, Reduce::Sum)?;
+        } else {
+            self.grad_plan.all_reduce(&*self.world, tree, Reduce::Sum)?;
+        }
+        for (i, &(s, n)) in self.shard.iter().enumerate() {
+            parts[i] = tree.get::<Vec<f32>>(self.grads[i])?[s..s + n]
                 .iter()
                 .map(|g| g * g)
                 .sum::<f32>();
+        }
+        if self.cfg.zero {
+            let mine = parts;
+            self.world.all_reduce_sum_f32(&mine, &mut parts)?;
+        }
+        for part in parts {
+            norm2 += part;
         }
         let clip = (1.0 / norm2.sqrt().max(1e-12)).min(1.0);
         let t = (self.updates + 1) as i32;
         let (b1, b2, eps) = (0.9_f32, 0.999_f32, 1e-8_f32);
         let lr = self.cfg.lr * (1.0 - b2.powi(t)).sqrt() / (1.0 - b1.powi(t));
         for i in 0..5 {
-            let [p, g, m, v] = tree.get_disjoint_mut::<Vec<f32>, 4>([
-                self.params[i],
-                self.grads[i],
-                self.adam_m[i],
-                self.adam_v[i],
-            ])?;
-            for j in 0..p.len() {
+            let ((s, n), Some(mi), Some(vi)) = (self.shard[i], self.adam_m[i], self.adam_v[i])
+            else {
+                continue; // another rank's slice
+            };
+            let [p, g, m, v] =
+                tree.get_disjoint_mut::<Vec<f32>, 4>([self.params[i], self.grads[i], mi, vi])?;
+            let (p, g) = (&mut p[s..s + n], &g[s..s + n]);
+            for j in 0..n {
                 let gj = g[j] * clip;
                 m[j] = b1 * m[j] + (1.0 - b1) * gj;
                 v[j] = b2 * v[j] + (1.0 - b2) * gj * gj;
                 p[j] -= lr * m[j] / (v[j].sqrt() + eps);
             }
+        }
+        if self.cfg.zero {
+            self.param_plan.all_gather(&*self.world, tree)?;
         }
         Ok(())
     }

@@ -59,6 +59,31 @@ pub trait Collective {
     /// [`Error::BadBuffers`] when `recv` and `send` differ in length.
     fn all_reduce_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error>;
 
+    /// Sums `send` element-wise over all ranks and scatters the sum in
+    /// blocks: `send` holds `size()` blocks of `recv.len()` elements, and
+    /// rank `r` receives the sum of every rank's block `r` (the first half
+    /// of a ZeRO exchange). O(len of `send`) per rank, plus the transport.
+    ///
+    /// # Errors
+    /// [`Error::BadBuffers`] when `send.len()` is not `size() × recv.len()`.
+    fn reduce_scatter_sum_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), Error>;
+
+    /// As [`reduce_scatter_sum_f32`](Self::reduce_scatter_sum_f32), for
+    /// `f64`.
+    ///
+    /// # Errors
+    /// [`Error::BadBuffers`] when `send.len()` is not `size() × recv.len()`.
+    fn reduce_scatter_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error>;
+
+    /// Gathers every rank's `send` into `recv` on every rank: `recv` holds
+    /// `size()` blocks of `send.len()` bytes, block `r` receiving rank `r`'s
+    /// `send` (the second half of a ZeRO exchange). O(len of `recv`) per
+    /// rank, plus the transport.
+    ///
+    /// # Errors
+    /// [`Error::BadBuffers`] when `recv.len()` is not `size() × send.len()`.
+    fn all_gather_bytes(&self, send: &[u8], recv: &mut [u8]) -> Result<(), Error>;
+
     /// Copies `buf` of rank `root` into `buf` of every rank (every rank
     /// passes a buffer of the same length). O(len).
     ///
@@ -89,6 +114,21 @@ pub(crate) fn same_len(op: &'static str, send: usize, recv: usize) -> Result<(),
         Err(Error::BadBuffers {
             op,
             reason: format!("send buffer of {send} elements, receive buffer of {recv}"),
+        })
+    }
+}
+
+/// Checks that a block exchange's buffers fit a world of `size`: `all`
+/// holds `size` blocks of `block` elements. O(1).
+pub(crate) fn blocks(op: &'static str, size: usize, block: usize, all: usize) -> Result<(), Error> {
+    if block.checked_mul(size) == Some(all) {
+        Ok(())
+    } else {
+        Err(Error::BadBuffers {
+            op,
+            reason: format!(
+                "a buffer of {all} elements for {size} block(s) of {block}; pass {size} x {block}"
+            ),
         })
     }
 }
@@ -143,6 +183,27 @@ impl Collective for SingleProcess {
     /// Copies `send` into `recv`. O(len).
     fn all_reduce_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
         same_len("all-reduce", send.len(), recv.len())?;
+        recv.copy_from_slice(send);
+        Ok(())
+    }
+
+    /// Copies `send` into `recv` (one block). O(len).
+    fn reduce_scatter_sum_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
+        blocks("reduce-scatter", 1, recv.len(), send.len())?;
+        recv.copy_from_slice(send);
+        Ok(())
+    }
+
+    /// Copies `send` into `recv` (one block). O(len).
+    fn reduce_scatter_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
+        blocks("reduce-scatter", 1, recv.len(), send.len())?;
+        recv.copy_from_slice(send);
+        Ok(())
+    }
+
+    /// Copies `send` into `recv` (one block). O(len).
+    fn all_gather_bytes(&self, send: &[u8], recv: &mut [u8]) -> Result<(), Error> {
+        blocks("all-gather", 1, send.len(), recv.len())?;
         recv.copy_from_slice(send);
         Ok(())
     }

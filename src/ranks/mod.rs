@@ -3,8 +3,8 @@
 //! carries the bytes; this layer adds what MPI does not check.
 //!
 //! - [`Collective`]: the few collective calls scopetree needs (all-reduce
-//!   of `f32` and `f64`, broadcast of bytes, all-gather of a 16-byte digest,
-//!   barrier). [`SingleProcess`] implements them for a world of one, so the
+//!   and reduce-scatter of `f32` and `f64`, broadcast and all-gather of
+//!   bytes, all-gather of a 16-byte digest, barrier). [`SingleProcess`] implements them for a world of one, so the
 //!   same code runs in one process without MPI; with the `mpi` feature, MPI's
 //!   `SimpleCommunicator` implements them.
 //! - [`Manifest`]: the variables of a scope (full names, dtypes, shapes in
@@ -23,6 +23,13 @@
 //! - `CandlePlan` (feature `candle`): the same for a
 //!   [`CandleStore`](crate::candle::CandleStore)'s trainable variables, whose
 //!   gradients it reduces in candle's `GradStore`.
+//! - [`Partition`]: optimizer state partitioned across ranks (ZeRO stage
+//!   1). A plan cuts its variables into one contiguous slice per rank of
+//!   about equal bytes ([`partition`](SyncPlan::partition)),
+//!   [`reduce_scatter`](SyncPlan::reduce_scatter)s gradients so that each
+//!   rank holds the reduced values of its slice, and
+//!   [`all_gather`](SyncPlan::all_gather)s the parameters once each rank
+//!   stepped its slice.
 //!
 //! Synchronised values are `Vec`, `Box<[_]>` and
 //! [`checkpoint::Tensor`](crate::checkpoint::Tensor) of `f32`, `f64` and the
@@ -64,11 +71,14 @@ mod error;
 mod manifest;
 #[cfg(feature = "mpi")]
 mod mpi;
+mod partition;
 mod plan;
+mod zero;
 
 #[cfg(feature = "candle")]
 pub use candle::CandlePlan;
 pub use collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};
 pub use error::Error;
 pub use manifest::{Manifest, ManifestEntry};
+pub use partition::{Partition, Piece};
 pub use plan::{DEFAULT_BUCKET_BYTES, PlanOptions, Reduce, SyncPlan};

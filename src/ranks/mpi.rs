@@ -5,7 +5,7 @@ use mpi::collective::SystemOperation;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Root};
 
-use super::collective::{Collective, Digest, check_root, same_len};
+use super::collective::{Collective, Digest, blocks, check_root, same_len};
 use super::error::Error;
 
 /// Checks that `len` elements fit MPI's count (`i32`). O(1).
@@ -22,7 +22,7 @@ fn count(op: &'static str, len: usize) -> Result<(), Error> {
 
 /// A world of MPI ranks: usually `universe.world()`. Every collective is
 /// the MPI one of the same name (`MPI_Allreduce` with `MPI_SUM`,
-/// `MPI_Bcast`, `MPI_Allgather`, `MPI_Barrier`); the sums are MPI's, whose
+/// `MPI_Bcast`, `MPI_Allgather`, `MPI_Reduce_scatter_block`, `MPI_Barrier`); the sums are MPI's, whose
 /// grouping of additions the MPI library picks.
 ///
 /// A failure of the transport (a rank killed) is MPI's to handle: Open MPI
@@ -65,6 +65,43 @@ impl Collective for SimpleCommunicator {
         same_len("all-reduce", send.len(), recv.len())?;
         count("all-reduce", send.len())?;
         self.all_reduce_into(send, recv, SystemOperation::sum());
+        Ok(())
+    }
+
+    /// `MPI_Reduce_scatter_block` with `MPI_SUM` from `send` into `recv`.
+    /// O(len of `send`) per rank, plus the transport.
+    fn reduce_scatter_sum_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
+        blocks(
+            "reduce-scatter",
+            Collective::size(self),
+            recv.len(),
+            send.len(),
+        )?;
+        count("reduce-scatter", send.len())?;
+        self.reduce_scatter_block_into(send, recv, SystemOperation::sum());
+        Ok(())
+    }
+
+    /// `MPI_Reduce_scatter_block` with `MPI_SUM` from `send` into `recv`.
+    /// O(len of `send`) per rank, plus the transport.
+    fn reduce_scatter_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
+        blocks(
+            "reduce-scatter",
+            Collective::size(self),
+            recv.len(),
+            send.len(),
+        )?;
+        count("reduce-scatter", send.len())?;
+        self.reduce_scatter_block_into(send, recv, SystemOperation::sum());
+        Ok(())
+    }
+
+    /// `MPI_Allgather` of `send`'s bytes into `recv`. O(len of `recv`) per
+    /// rank, plus the transport.
+    fn all_gather_bytes(&self, send: &[u8], recv: &mut [u8]) -> Result<(), Error> {
+        blocks("all-gather", Collective::size(self), send.len(), recv.len())?;
+        count("all-gather", recv.len())?;
+        self.all_gather_into(send, recv);
         Ok(())
     }
 

@@ -12,6 +12,8 @@ use super::buckets::Buckets;
 use super::collective::{Collective, DIGEST_BYTES, Digest, check_root};
 use super::error::Error;
 use super::manifest::{Bound, Manifest, bind, bind_store, digest_parts};
+use super::partition::Partition;
+use super::zero::ZeroBuffers;
 use crate::checkpoint::{Dtype, Filter};
 use crate::sharing::VariableStore;
 use crate::{ScopeId, ScopeTree, VarId};
@@ -148,10 +150,10 @@ impl PlanOptions {
 
 /// One variable of a plan.
 #[derive(Clone, Copy)]
-struct Slot {
-    id: VarId,
-    access: Access,
-    nbytes: usize,
+pub(super) struct Slot {
+    pub(super) id: VarId,
+    pub(super) access: Access,
+    pub(super) nbytes: usize,
 }
 
 /// A float type a plan reduces.
@@ -159,6 +161,11 @@ pub(super) trait Float: Pod + std::ops::Div<Output = Self> {
     const DTYPE: Dtype;
     fn sum<C: Collective + ?Sized>(comm: &C, send: &[Self], recv: &mut [Self])
     -> Result<(), Error>;
+    fn scatter<C: Collective + ?Sized>(
+        comm: &C,
+        send: &[Self],
+        recv: &mut [Self],
+    ) -> Result<(), Error>;
     fn of_count(n: usize) -> Self;
 }
 
@@ -166,6 +173,13 @@ impl Float for f32 {
     const DTYPE: Dtype = Dtype::F32;
     fn sum<C: Collective + ?Sized>(comm: &C, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
         comm.all_reduce_sum_f32(send, recv)
+    }
+    fn scatter<C: Collective + ?Sized>(
+        comm: &C,
+        send: &[f32],
+        recv: &mut [f32],
+    ) -> Result<(), Error> {
+        comm.reduce_scatter_sum_f32(send, recv)
     }
     #[allow(clippy::cast_precision_loss)]
     fn of_count(n: usize) -> f32 {
@@ -177,6 +191,13 @@ impl Float for f64 {
     const DTYPE: Dtype = Dtype::F64;
     fn sum<C: Collective + ?Sized>(comm: &C, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
         comm.all_reduce_sum_f64(send, recv)
+    }
+    fn scatter<C: Collective + ?Sized>(
+        comm: &C,
+        send: &[f64],
+        recv: &mut [f64],
+    ) -> Result<(), Error> {
+        comm.reduce_scatter_sum_f64(send, recv)
     }
     #[allow(clippy::cast_precision_loss)]
     fn of_count(n: usize) -> f64 {
@@ -310,6 +331,23 @@ pub(super) fn broadcast_values<C: Collective + ?Sized>(
     Ok(())
 }
 
+/// `bytes` as a slice of `F`; [`Error::BadBuffers`] if they do not fit
+/// (never for the plan's own, aligned buffers). O(1).
+pub(super) fn cast<F: Pod>(bytes: &[u8]) -> Result<&[F], Error> {
+    bytemuck::try_cast_slice(bytes).map_err(|e| Error::BadBuffers {
+        op: "all-reduce",
+        reason: e.to_string(),
+    })
+}
+
+/// As [`cast`], mutable. O(1).
+pub(super) fn cast_mut<F: Pod>(bytes: &mut [u8]) -> Result<&mut [F], Error> {
+    bytemuck::try_cast_slice_mut(bytes).map_err(|e| Error::BadBuffers {
+        op: "all-reduce",
+        reason: e.to_string(),
+    })
+}
+
 /// The variables of one scope, as every rank agreed on them, with the
 /// buckets and buffers to synchronise them step after step.
 ///
@@ -345,13 +383,17 @@ pub(super) fn broadcast_values<C: Collective + ?Sized>(
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct SyncPlan {
-    manifest: Manifest,
+    pub(super) manifest: Manifest,
     scope: ScopeId,
     /// The variables' filter, which the plan's checkpoints use too.
     filter: Option<Filter>,
-    slots: Vec<Slot>,
+    pub(super) slots: Vec<Slot>,
     /// The first variable that is neither `f32` nor `f64`.
-    first_not_float: Option<usize>,
+    pub(super) first_not_float: Option<usize>,
+    /// Each rank's slice of the variables (ZeRO stage 1).
+    pub(super) partition: Partition,
+    /// The buffers of the partitioned exchange, made by its first call.
+    pub(super) zero: ZeroBuffers,
     f32s: Lane<f32>,
     f64s: Lane<f64>,
     byte_cap: usize,
@@ -446,7 +488,10 @@ impl SyncPlan {
                 nbytes: e.shape.iter().product::<usize>() * (e.dtype.bitsize() / 8),
             })
             .collect();
+        let partition = Partition::new(&bound.manifest, comm.size())?;
         Ok(Self {
+            partition,
+            zero: ZeroBuffers::default(),
             first_not_float: slots
                 .iter()
                 .position(|s| !matches!(s.access.dtype, Dtype::F32 | Dtype::F64)),
@@ -518,7 +563,7 @@ impl SyncPlan {
     /// Checks that every variable still holds its planned type and length,
     /// then exchanges the outcome with every rank. O(variables + world
     /// size); allocates only on failure.
-    fn check_slots<C: Collective + ?Sized>(
+    pub(super) fn check_slots<C: Collective + ?Sized>(
         &mut self,
         comm: &C,
         tree: &ScopeTree,
@@ -919,6 +964,15 @@ mod tests {
             unreachable!("settle only all-gathers")
         }
         fn all_reduce_sum_f64(&self, _: &[f64], _: &mut [f64]) -> Result<(), Error> {
+            unreachable!("settle only all-gathers")
+        }
+        fn reduce_scatter_sum_f32(&self, _: &[f32], _: &mut [f32]) -> Result<(), Error> {
+            unreachable!("settle only all-gathers")
+        }
+        fn reduce_scatter_sum_f64(&self, _: &[f64], _: &mut [f64]) -> Result<(), Error> {
+            unreachable!("settle only all-gathers")
+        }
+        fn all_gather_bytes(&self, _: &[u8], _: &mut [u8]) -> Result<(), Error> {
             unreachable!("settle only all-gathers")
         }
         fn broadcast_bytes(&self, _: usize, _: &mut [u8]) -> Result<(), Error> {
