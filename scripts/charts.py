@@ -101,14 +101,22 @@ def ranks_charts():
     plt.close(fig)
 
     steps = data["train_rnn_steps_per_s"]
-    ranks = [(1, "1 rank x 1 worker"), (2, "2 ranks x 1 worker"), (4, "4 ranks x 1 worker")]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    xs = [n for n, k in ranks if k in steps]
-    ax.bar([str(n) for n in xs], [steps[k]["median"] for n, k in ranks if k in steps], color="#1b6ac9")
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    width = 0.38
+    for i, (suffix, label, colour) in enumerate([("", "replicated optimizer state", "#1b6ac9"),
+                                                  (", --zero", "partitioned (ZeRO stage 1)", "#0b9a5c")]):
+        pts = [(j, n) for j, n in enumerate([1, 2, 4])
+               if f"{n} rank{'s' if n > 1 else ''} x 1 worker{suffix}" in steps]
+        if not pts:
+            continue
+        ax.bar([j + (i - 0.5) * width for j, _ in pts],
+               [steps[f"{n} rank{'s' if n > 1 else ''} x 1 worker{suffix}"]["median"] for _, n in pts],
+               width, label=label, color=colour)
+    ax.set_xticks(range(3), ["1", "2", "4"])
     if "1 process x 2 workers" in steps:
         ax.axhline(steps["1 process x 2 workers"]["median"], linestyle="--", color="#d1495b",
                    label="1 process x 2 worker threads")
-        ax.legend(fontsize=8)
+    ax.legend(fontsize=8)
     ax.set_xlabel("ranks (processes under mpirun, 1 worker each; 2 cores)")
     ax.set_ylabel("training steps/s (median)")
     ax.set_title("train_rnn across processes")

@@ -74,7 +74,10 @@ CONFIGS = {
     "1 process x 2 workers": lambda: [EXAMPLES / "train_rnn", "--workers", "2"],
     "2 ranks x 1 worker": lambda: mpirun(2, EXAMPLES / "train_rnn", "--workers", "1"),
     "4 ranks x 1 worker": lambda: mpirun(4, EXAMPLES / "train_rnn", "--workers", "1"),
+    "2 ranks x 1 worker, --zero": lambda: mpirun(2, EXAMPLES / "train_rnn", "--workers", "1", "--zero"),
+    "4 ranks x 1 worker, --zero": lambda: mpirun(4, EXAMPLES / "train_rnn", "--workers", "1", "--zero"),
 }
+MOMENTS = re.compile(r"optimiser state \(Adam moments\) per rank: ([\d, ]+) bytes")
 
 
 def main():
@@ -82,26 +85,33 @@ def main():
          "--example", "ranks_bench", "--example", "train_rnn"])
     load = os.getloadavg()[0]
     steps = {k: [] for k in CONFIGS}
+    moments = {}
     for r in range(ROUNDS):
         names = list(CONFIGS) if r % 2 == 0 else list(reversed(CONFIGS))
         for name in names:
-            steps[name].append(float(STEPS.search(run(CONFIGS[name]())).group(1)))
+            text = run(CONFIGS[name]())
+            steps[name].append(float(STEPS.search(text).group(1)))
+            m = MOMENTS.search(text)
+            if m:
+                moments[name] = [int(x) for x in m.group(1).split(",")]
     benches = [ranks_bench(2), ranks_bench(4)]
     data = {
         "load_average_at_start": load,
         "rounds": ROUNDS,
         "train_rnn_steps_per_s": {k: {"median": statistics.median(v), "runs": v} for k, v in steps.items()},
+        "train_rnn_moment_bytes_per_rank": moments,
         "ranks_bench": benches,
     }
     OUT.write_text(json.dumps(data, indent=1) + "\n")
 
     base = data["train_rnn_steps_per_s"]["1 rank x 1 worker"]["median"]
     print(f"train_rnn, default flags, median of {ROUNDS} rounds (load average {load:.2f} at the start)\n")
-    print("| configuration | steps/s (median) | runs | against 1 rank |")
-    print("|---|---|---|---|")
+    print("| configuration | steps/s (median) | runs | against 1 rank | Adam moments per rank (bytes) |")
+    print("|---|---|---|---|---|")
     for k, v in data["train_rnn_steps_per_s"].items():
         runs = ", ".join(f"{x:.0f}" for x in v["runs"])
-        print(f"| {k} | {v['median']:.0f} | {runs} | {v['median'] / base:.2f}x |")
+        mom = ", ".join(map(str, moments.get(k, [])))
+        print(f"| {k} | {v['median']:.0f} | {runs} | {v['median'] / base:.2f}x | {mom} |")
     for b in benches:
         print(f"\nranks_bench at {b['ranks']} ranks: {b['mb']} MB in 300 f32 tensors; one raw "
               f"MPI_Allreduce {b['raw_ms']:.1f} ms; digest {b['digest_ms_per_mb']:.3f} ms/MB "
