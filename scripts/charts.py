@@ -50,7 +50,7 @@ def lookup_depth(data):
         ("find_var_root_hit", "paddle_style", "Paddle-style FindVar, hit at the root", "-^"),
         ("find_var_root_hit", "index_chase_floor", "floor: one dependent load per level", ":"),
         ("peers_full_path", "candle_varbuilder_get", "candle VarBuilder::get, full name at depth d", "-d"),
-        ("peers_full_path", "scopetree_find_var", "scopetree find_var, same variable (peers run)", "--o"),
+        ("peers_full_path", "scopetree_find_var", "scopetree find_var of that variable, in its own scope (peers run)", "--o"),
     ]
     fig, ax = plt.subplots(figsize=(8, 5))
     drawn = 0
@@ -116,7 +116,7 @@ def ranks_charts():
     if "1 process x 2 workers" in steps:
         ax.axhline(steps["1 process x 2 workers"]["median"], linestyle="--", color="#d1495b",
                    label="1 process x 2 worker threads")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
     ax.set_xlabel("ranks (processes under mpirun, 1 worker each; 2 cores)")
     ax.set_ylabel("training steps/s (median)")
     ax.set_title("train_rnn across processes")
