@@ -8,59 +8,12 @@
 //! The allocator is `unsafe` only because `GlobalAlloc` is an unsafe
 //! trait: it forwards every call to `System` unchanged and only counts.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use scopetree::checkpoint::Tensor;
 use scopetree::ranks::{PlanOptions, Reduce, SingleProcess, SyncPlan};
 use scopetree::{ScopeTree, VarId};
 
-struct Counting;
-
-thread_local! {
-    /// Calls to `alloc`, `alloc_zeroed` and `realloc` on this thread.
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note() {
-    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged, so `System`'s guarantees carry over; the counting touches only
-// a `const`-initialised thread-local without destructor, which never
-// allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// Allocations made by `f` on this thread.
-fn allocations(f: impl FnOnce()) -> u64 {
-    let before = ALLOCS.with(Cell::get);
-    f();
-    ALLOCS.with(Cell::get) - before
-}
+#[path = "support/count_alloc.rs"]
+mod count_alloc;
 
 /// A gradient scope of 60 variables of every reduced type, some larger than
 /// a bucket and many smaller.
@@ -104,7 +57,7 @@ fn all_reduce_and_the_consistency_check_allocate_nothing_per_step() {
         // One warm-up step, as a training loop's first.
         plan.all_reduce(&world, &mut tree, Reduce::Mean).unwrap();
         plan.check_consistency(&world, &tree).unwrap();
-        let n = allocations(|| {
+        let n = count_alloc::allocations(|| {
             for step in 0..50 {
                 tree.get_mut::<Vec<f32>>(vars[1]).unwrap()[0] = step as f32;
                 plan.all_reduce(&world, &mut tree, Reduce::Sum).unwrap();
@@ -123,7 +76,7 @@ fn all_reduce_and_the_consistency_check_allocate_nothing_per_step() {
 #[test]
 fn the_counter_sees_an_allocation() {
     // The test above can fail: a step that allocates is counted.
-    let n = allocations(|| {
+    let n = count_alloc::allocations(|| {
         let v = std::hint::black_box(vec![0_u8; 64]);
         drop(v);
     });

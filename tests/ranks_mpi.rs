@@ -20,8 +20,6 @@
 //! if the whole run takes over 5 minutes, so a hang fails the run instead of
 //! blocking it.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::hash::{DefaultHasher, Hasher};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,47 +38,8 @@ use scopetree::{ScopeId, ScopeTree, VarId};
 #[allow(dead_code)]
 mod model;
 
-// ----- a counting allocator, for the steady-state check ----------------------
-
-struct Counting;
-
-thread_local! {
-    /// Calls to `alloc`, `alloc_zeroed` and `realloc` on this thread.
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn note() {
-    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-}
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged, so `System`'s guarantees carry over; the counting touches only
-// a `const`-initialised thread-local without destructor, which never
-// allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: forwarded unchanged (see above).
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+#[path = "support/count_alloc.rs"]
+mod count_alloc;
 
 // ----- helpers ---------------------------------------------------------------
 
@@ -750,7 +709,7 @@ fn the_steady_state_allocates_nothing_under_mpi(world: &World) -> Check {
     pplan
         .check_consistency(world, &p.tree)
         .map_err(|e| e.to_string())?;
-    let before = ALLOCS.with(Cell::get);
+    let before = count_alloc::count();
     let mut failed = None;
     for _ in 0..20 {
         if let Err(e) = plan.all_reduce(world, &mut g.tree, Reduce::Mean) {
@@ -762,7 +721,7 @@ fn the_steady_state_allocates_nothing_under_mpi(world: &World) -> Check {
             break;
         }
     }
-    let n = ALLOCS.with(Cell::get) - before;
+    let n = count_alloc::count() - before;
     if let Some(e) = failed {
         return Err(e.to_string());
     }
@@ -950,7 +909,7 @@ fn reduce_scatter_and_all_gather_match_the_all_reduce(world: &World) -> Check {
     // The steady state: after the first calls, nothing allocates.
     pc.reduce_scatter(world, &mut c.tree, Reduce::Mean)
         .map_err(e)?;
-    let before = ALLOCS.with(Cell::get);
+    let before = count_alloc::count();
     let mut failed = None;
     for _ in 0..20 {
         let step = pc
@@ -961,7 +920,7 @@ fn reduce_scatter_and_all_gather_match_the_all_reduce(world: &World) -> Check {
             break;
         }
     }
-    let allocs = ALLOCS.with(Cell::get) - before;
+    let allocs = count_alloc::count() - before;
     if let Some(x) = failed {
         return Err(x.to_string());
     }
