@@ -3,7 +3,7 @@
 
 use mpi::collective::SystemOperation;
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::{Communicator, CommunicatorCollectives, Root};
+use mpi::traits::{Communicator, CommunicatorCollectives, Equivalence, Root};
 
 use super::collective::{Collective, Digest, blocks, check_root, same_len};
 use super::error::Error;
@@ -18,6 +18,36 @@ fn count(op: &'static str, len: usize) -> Result<(), Error> {
             reason: format!("{len} elements, more than MPI counts in one call (2^31 - 1)"),
         })
     }
+}
+
+/// `MPI_Allreduce` with `MPI_SUM`, after the local checks. O(len) per rank.
+fn all_reduce_sum<T: Equivalence>(
+    comm: &SimpleCommunicator,
+    send: &[T],
+    recv: &mut [T],
+) -> Result<(), Error> {
+    same_len("all-reduce", send.len(), recv.len())?;
+    count("all-reduce", send.len())?;
+    comm.all_reduce_into(send, recv, SystemOperation::sum());
+    Ok(())
+}
+
+/// `MPI_Reduce_scatter_block` with `MPI_SUM`, after the local checks.
+/// O(len of `send`) per rank.
+fn reduce_scatter_sum<T: Equivalence>(
+    comm: &SimpleCommunicator,
+    send: &[T],
+    recv: &mut [T],
+) -> Result<(), Error> {
+    blocks(
+        "reduce-scatter",
+        Collective::size(comm),
+        recv.len(),
+        send.len(),
+    )?;
+    count("reduce-scatter", send.len())?;
+    comm.reduce_scatter_block_into(send, recv, SystemOperation::sum());
+    Ok(())
 }
 
 /// A world of MPI ranks: usually `universe.world()`. Every collective is
@@ -53,47 +83,25 @@ impl Collective for SimpleCommunicator {
     /// `MPI_Allreduce` with `MPI_SUM` from `send` into `recv`. O(len) per
     /// rank, plus the transport.
     fn all_reduce_sum_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
-        same_len("all-reduce", send.len(), recv.len())?;
-        count("all-reduce", send.len())?;
-        self.all_reduce_into(send, recv, SystemOperation::sum());
-        Ok(())
+        all_reduce_sum(self, send, recv)
     }
 
     /// `MPI_Allreduce` with `MPI_SUM` from `send` into `recv`. O(len) per
     /// rank, plus the transport.
     fn all_reduce_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
-        same_len("all-reduce", send.len(), recv.len())?;
-        count("all-reduce", send.len())?;
-        self.all_reduce_into(send, recv, SystemOperation::sum());
-        Ok(())
+        all_reduce_sum(self, send, recv)
     }
 
     /// `MPI_Reduce_scatter_block` with `MPI_SUM` from `send` into `recv`.
     /// O(len of `send`) per rank, plus the transport.
     fn reduce_scatter_sum_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
-        blocks(
-            "reduce-scatter",
-            Collective::size(self),
-            recv.len(),
-            send.len(),
-        )?;
-        count("reduce-scatter", send.len())?;
-        self.reduce_scatter_block_into(send, recv, SystemOperation::sum());
-        Ok(())
+        reduce_scatter_sum(self, send, recv)
     }
 
     /// `MPI_Reduce_scatter_block` with `MPI_SUM` from `send` into `recv`.
     /// O(len of `send`) per rank, plus the transport.
     fn reduce_scatter_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
-        blocks(
-            "reduce-scatter",
-            Collective::size(self),
-            recv.len(),
-            send.len(),
-        )?;
-        count("reduce-scatter", send.len())?;
-        self.reduce_scatter_block_into(send, recv, SystemOperation::sum());
-        Ok(())
+        reduce_scatter_sum(self, send, recv)
     }
 
     /// `MPI_Allgather` of `send`'s bytes into `recv`. O(len of `recv`) per
