@@ -47,7 +47,7 @@
 //! | `workers/` | [`WorkerScope`], [`split_workers`](ScopeTree::split_workers), [`WorkerError`]: parallel workers |
 //! | [`checkpoint`] | save and load a tree, a subtree or a store as safetensors (feature `safetensors`, on by default) |
 //! | `candle` | `CandleStore`: scopetree behind candle-nn's `VarBuilder` (feature `candle`, off by default) |
-//! | [`ranks`] | data-parallel ranks: [`ranks::Collective`] (MPI with feature `mpi`, off by default), manifests and their agreement, [`ranks::SyncPlan`] (broadcast, bucketed all-reduce, consistency digest, checkpoints across ranks); above the tree, sharing and checkpoint layers (feature `safetensors`) |
+//! | [`ranks`] | data-parallel ranks: [`ranks::Collective`] (MPI with feature `mpi`, off by default), manifests and their agreement, [`ranks::SyncPlan`] (broadcast, bucketed all-reduce, consistency digest, checkpoints across ranks, ZeRO stage 1 with [`ranks::Partition`]), `ranks::CandlePlan` for a `CandleStore` (feature `candle`); above the tree, sharing, checkpoint and candle layers (feature `safetensors`) |
 //! | [`sharing`] | TensorFlow-1-style sharing: [`sharing::VariableStore`], `get_variable`, templates, [`sharing::Error`] |
 //! | [`diagnostics`] | slot sizes and the inline table width, for memory budgets |
 //!
