@@ -21,7 +21,7 @@
 //!   ([`save_on_root`](SyncPlan::save_on_root),
 //!   [`load_on_all`](SyncPlan::load_on_all)).
 //! - `CandlePlan` (feature `candle`): the same for a
-//!   [`CandleStore`](crate::candle::CandleStore)'s trainable variables, whose
+//!   `CandleStore`'s trainable variables, whose
 //!   gradients it reduces in candle's `GradStore`.
 //! - [`Partition`]: optimizer state partitioned across ranks (ZeRO stage
 //!   1). A plan cuts its variables into one contiguous slice per rank of
