@@ -631,13 +631,23 @@ impl CandleStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn save(&self, path: impl AsRef<Path>) -> Result<SaveReport, Error> {
-        let opts = SaveOptions::new()
-            .separator(Separator::Dot)
-            .with_type::<Var>();
+        self.save_with(&SaveOptions::new(), |store, opts| {
+            checkpoint::save_store(store, path, opts)
+        })
+    }
+
+    /// Runs a save of the store with `opts` made candle's (dotted names,
+    /// `Var`s), after checking that every tree name survives the dots.
+    fn save_with(
+        &self,
+        opts: &SaveOptions,
+        save: impl FnOnce(&VariableStore, &SaveOptions) -> Result<SaveReport, checkpoint::Error>,
+    ) -> Result<SaveReport, Error> {
+        let opts = opts.clone().separator(Separator::Dot).with_type::<Var>();
         let inner = self.lock();
         // A dotted tree name would come back as another path.
         inner.named()?;
-        Ok(checkpoint::save_store(&inner.store, path, &opts)?)
+        Ok(save(&inner.store, &opts)?)
     }
 
     /// Saves every variable as a sharded checkpoint in the Hugging Face
@@ -676,11 +686,9 @@ impl CandleStore {
         dir: impl AsRef<Path>,
         opts: &SaveOptions,
     ) -> Result<SaveReport, Error> {
-        let opts = opts.clone().separator(Separator::Dot).with_type::<Var>();
-        let inner = self.lock();
-        // A dotted tree name would come back as another path.
-        inner.named()?;
-        Ok(checkpoint::save_store_sharded(&inner.store, dir, &opts)?)
+        self.save_with(opts, |store, opts| {
+            checkpoint::save_store_sharded(store, dir, opts)
+        })
     }
 
     /// Loads `path` (dotted names, as candle writes them): strict and atomic

@@ -670,19 +670,26 @@ impl SyncPlan {
         tree: &mut ScopeTree,
         op: Reduce,
     ) -> Result<(), Error> {
-        if let Some(i) = self.first_not_float {
-            return Err(Error::Unsupported {
-                key: self.manifest.entries()[i].key.clone(),
-                scope: self.manifest.scope().to_owned(),
-                holds: tree.type_name(self.slots[i].id).ok().flatten(),
-                wanted: FLOATS,
-            });
-        }
+        self.require_floats(tree)?;
         self.check_slots(comm, tree, "all-reduce", Ok(()), op.same())?;
         let slots = &self.slots;
         let mut values = InTree { tree, slots };
         self.f32s.reduce(comm, &mut values, op)?;
         self.f64s.reduce(comm, &mut values, op)
+    }
+
+    /// [`Error::Unsupported`] naming the first variable of the plan that a
+    /// reduction cannot take (not `f32` or `f64`). O(1).
+    pub(super) fn require_floats(&self, tree: &ScopeTree) -> Result<(), Error> {
+        match self.first_not_float {
+            None => Ok(()),
+            Some(i) => Err(Error::Unsupported {
+                key: self.manifest.entries()[i].key.clone(),
+                scope: self.manifest.scope().to_owned(),
+                holds: tree.type_name(self.slots[i].id).ok().flatten(),
+                wanted: FLOATS,
+            }),
+        }
     }
 
     /// This rank's digest of the variables' bytes: a hash of each value's

@@ -4,11 +4,10 @@
 //! rank updated its slice.
 
 use super::Reduce;
-use super::access::FLOATS;
 use super::collective::Collective;
 use super::error::Error;
 use super::partition::Partition;
-use super::plan::{Float, Same, Slot, SyncPlan, cast, cast_mut, show_count, show_reduce};
+use super::plan::{Float, Same, Slot, SyncPlan, cast, cast_mut, show_count};
 use crate::ScopeTree;
 
 /// The buffers of one float type's reduce-scatter: `size` blocks of `block`
@@ -161,20 +160,8 @@ impl SyncPlan {
         tree: &mut ScopeTree,
         op: Reduce,
     ) -> Result<(), Error> {
-        if let Some(i) = self.first_not_float {
-            return Err(Error::Unsupported {
-                key: self.manifest.entries()[i].key.clone(),
-                scope: self.manifest.scope().to_owned(),
-                holds: tree.type_name(self.slots[i].id).ok().flatten(),
-                wanted: FLOATS,
-            });
-        }
-        let code = match op {
-            Reduce::Sum => 0,
-            Reduce::Mean => 1,
-        };
-        let same: Same = ("reductions", code, show_reduce);
-        self.check_slots(comm, tree, "reduce-scatter", Ok(()), same)?;
+        self.require_floats(tree)?;
+        self.check_slots(comm, tree, "reduce-scatter", Ok(()), op.same())?;
         let (part, slots) = (&self.partition, &self.slots[..]);
         self.zero
             .f32s
