@@ -555,10 +555,6 @@ struct Cursor<'p> {
 }
 
 impl<'p> Cursor<'p> {
-    fn shown(&self, part: usize) -> std::borrow::Cow<'p, str> {
-        self.parts[part].path.to_string_lossy()
-    }
-
     /// Moves to the start of `t`'s bytes in `part`; returns the reader and
     /// the bytes' length.
     fn seek_to(
@@ -568,13 +564,12 @@ impl<'p> Cursor<'p> {
     ) -> Result<(&mut BufReader<&'p File>, usize), Error> {
         let p = &self.parts[part];
         let at = p.data_start + t.begin;
-        let shown = p.path.to_string_lossy();
+        let parts = self.parts;
+        let io = |e: std::io::Error| Error::io(&parts[part].path.to_string_lossy())(e);
         let same = matches!(&self.open, Some((cur, ..)) if *cur == part);
         if !same {
             let mut reader = BufReader::with_capacity(READ_BUFFER, &p.file);
-            reader
-                .seek(SeekFrom::Start(at))
-                .map_err(Error::io(&shown))?;
+            reader.seek(SeekFrom::Start(at)).map_err(io)?;
             self.open = Some((part, reader, at));
         }
         let Some((_, reader, pos)) = &mut self.open else {
@@ -582,8 +577,8 @@ impl<'p> Cursor<'p> {
         };
         if at != *pos {
             let delta = i64::try_from(i128::from(at) - i128::from(*pos))
-                .map_err(|e| Error::io(&shown)(std::io::Error::other(e)))?;
-            reader.seek_relative(delta).map_err(Error::io(&shown))?;
+                .map_err(|e| io(std::io::Error::other(e)))?;
+            reader.seek_relative(delta).map_err(io)?;
         }
         // Bounded by the file's length (checked with the header).
         #[allow(clippy::cast_possible_truncation)]
@@ -601,7 +596,8 @@ impl<'p> Cursor<'p> {
         codec: &Codec,
         convert_to: Option<Dtype>,
     ) -> Result<Old, Error> {
-        let shown = self.shown(part);
+        let parts = self.parts;
+        let shown = || parts[part].path.to_string_lossy();
         let (reader, nbytes) = self.seek_to(part, t)?;
         let src = match convert_to {
             None => Source::Reader {
@@ -612,7 +608,9 @@ impl<'p> Cursor<'p> {
             },
             Some(to) => {
                 let mut raw = vec![0_u8; nbytes];
-                reader.read_exact(&mut raw).map_err(Error::io(&shown))?;
+                reader
+                    .read_exact(&mut raw)
+                    .map_err(|e| Error::io(&shown())(e))?;
                 Source::Bytes {
                     dtype: to,
                     shape: &t.shape,
@@ -620,7 +618,7 @@ impl<'p> Cursor<'p> {
                 }
             }
         };
-        (codec.stage)(src).map_err(|e| with_path(e, &shown))
+        (codec.stage)(src).map_err(|e| with_path(e, &shown()))
     }
 
     /// Reads `t` into `var`'s value in place; the replaced value if the
@@ -633,7 +631,7 @@ impl<'p> Cursor<'p> {
         var: VarId,
         codec: &Codec,
     ) -> Result<Option<Old>, Error> {
-        let shown = self.shown(part);
+        let parts = self.parts;
         let (reader, nbytes) = self.seek_to(part, t)?;
         let src = Source::Reader {
             dtype: t.dtype,
@@ -641,7 +639,8 @@ impl<'p> Cursor<'p> {
             nbytes,
             reader,
         };
-        (codec.read_into)(tree, var, src).map_err(|e| with_path(e, &shown))
+        (codec.read_into)(tree, var, src)
+            .map_err(|e| with_path(e, &parts[part].path.to_string_lossy()))
     }
 }
 
