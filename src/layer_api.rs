@@ -9,11 +9,7 @@
 use crate::arena::{ScopeId, ScopeKey, TextFind, VarId, VarKey};
 use crate::tree::ScopeTree;
 
-/// A name's interned index inside one tree (the raw half of a
-/// [`Symbol`](crate::Symbol)). Valid while a scope or variable of the tree
-/// uses the name or the name was pinned with [`ScopeTree::intern`]; layers
-/// must not keep one across calls that may free names.
-pub(crate) type Sym = u32;
+pub(crate) use crate::arena::Sym;
 
 impl ScopeTree {
     /// The root scope's key. O(1).

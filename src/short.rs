@@ -5,6 +5,8 @@
 //! [`name`] and [`path`]; a message is then at most a few hundred bytes plus
 //! its fixed text, whatever the caller passed in.
 
+use crate::arena::{Arena, ScopeKey, Structure};
+
 /// Names in messages keep at most this many characters.
 pub(crate) const NAME_CHARS: usize = 64;
 
@@ -52,6 +54,23 @@ pub(crate) fn path(s: &str) -> String {
 
 fn cut_components(s: &str) -> String {
     s.split('/').map(name).collect::<Vec<_>>().join("/")
+}
+
+impl Structure<'_> {
+    /// The path of `key` as an error keeps it: cut in the middle when long
+    /// (see [`path`]), so that an error stays small however deep the scope.
+    /// O(depth).
+    pub(crate) fn error_path(&self, key: ScopeKey) -> String {
+        path(&self.path(key))
+    }
+}
+
+impl Arena {
+    /// The path of `key` cut for an error (see [`Structure::error_path`]).
+    /// O(depth).
+    pub(crate) fn error_path(&self, key: ScopeKey) -> String {
+        self.structure().error_path(key)
+    }
 }
 
 #[cfg(test)]

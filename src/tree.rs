@@ -4,9 +4,9 @@
 
 use std::fmt;
 
+use crate::arena::Sym;
 use crate::arena::{Arena, ScopeId, ScopeKey, Symbol, TreeTag, VarId, VarSlot, resume};
 use crate::error::Error;
-use crate::layer_api::Sym;
 use crate::names::{Name, NameRef, validate_name};
 
 /// A tree of scopes holding named, typed variables, all in one generational

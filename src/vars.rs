@@ -1,9 +1,9 @@
 //! Variables as members of scopes: create, get-or-create, unique names,
 //! erase, rename, owner and names.
 
+use crate::arena::Sym;
 use crate::arena::{ScopeId, ScopeKey, VarId, resume};
 use crate::error::Error;
-use crate::layer_api::Sym;
 use crate::names::{Name, validate_name};
 use crate::tree::ScopeTree;
 

@@ -5,7 +5,12 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::layer_api::Sym;
+/// A name's interned index inside one tree (the raw half of a
+/// [`Symbol`](crate::Symbol)). Valid while a scope or variable of the tree
+/// uses the name or the name was pinned with
+/// [`ScopeTree::intern`](crate::ScopeTree::intern); layers must not keep one
+/// across calls that may free names.
+pub(crate) type Sym = u32;
 
 /// One interned name: its text while some scope or variable uses it (or it
 /// is pinned), and the counters that outlive it.

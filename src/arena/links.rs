@@ -10,10 +10,10 @@ use std::panic::{self, AssertUnwindSafe};
 use slotmap::Key;
 use smallvec::SmallVec;
 
+use super::interner::Sym;
 use super::keys::{at_last_version, slot_index};
 use super::slots::{Entry, INLINE_VARS, ScopeName, ScopeSlot, ScopeState, VarSlot, sig_bit};
 use super::{Arena, KID_SCAN, ScopeKey, VarKey, kid_index_key};
-use crate::layer_api::Sym;
 
 /// A scope's signature is recomputed after a removal or rename only while
 /// its table holds at most this many variables (see `Arena::refresh_sig`).

@@ -44,9 +44,7 @@ use std::mem;
 use rustc_hash::FxHashMap;
 use slotmap::{Key, SlotMap};
 
-use crate::layer_api::Sym;
-
-pub(crate) use interner::Interner;
+pub(crate) use interner::{Interner, Sym};
 pub use keys::{ScopeId, Symbol, TreeTag, VarId};
 pub(crate) use keys::{ScopeKey, SlotLabel, VarKey};
 pub(crate) use links::resume;

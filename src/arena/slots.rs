@@ -10,8 +10,8 @@ use slotmap::Key;
 use smallvec::SmallVec;
 
 use super::interner::Interner;
+use super::interner::Sym;
 use super::keys::{ScopeKey, VarKey};
-use crate::layer_api::Sym;
 
 /// How many variables a scope holds inline, before its table moves to the heap.
 pub(crate) const INLINE_VARS: usize = 4;

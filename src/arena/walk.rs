@@ -6,10 +6,10 @@ use std::fmt::Write;
 
 use slotmap::{Key, SlotMap};
 
+use super::interner::Sym;
 use super::keys::{SlotLabel, slot_index};
 use super::slots::{ScopeSlot, VarSlot, sig_bit};
 use super::{Arena, Interner, ScopeKey, TreeTag, VarKey};
-use crate::layer_api::Sym;
 
 /// A read-only view of the arena's structure: scopes, parents and names,
 /// without the variable slots. The worker split holds one while it hands
@@ -152,12 +152,6 @@ impl<'a> Structure<'a> {
             }
         }
     }
-
-    /// The path of `key` as an error keeps it: cut in the middle when long,
-    /// so that an error stays small however deep the scope. O(depth).
-    pub(crate) fn error_path(&self, key: ScopeKey) -> String {
-        crate::short::path(&self.path(key))
-    }
 }
 
 impl Arena {
@@ -209,11 +203,6 @@ impl Arena {
     /// The path of a live scope (see [`Structure::path`]).
     pub(crate) fn path(&self, key: ScopeKey) -> String {
         self.structure().path(key)
-    }
-
-    /// The path of `key` cut for an error (see [`Structure::error_path`]).
-    pub(crate) fn error_path(&self, key: ScopeKey) -> String {
-        self.structure().error_path(key)
     }
 
     /// The nearest scope from `start` up to the root that holds a variable

@@ -36,7 +36,7 @@ use crate::arena::{ScopeId, ScopeKey, Structure, VarId, VarKey, VarSlot};
 use crate::error::Error;
 
 mod error;
-use crate::layer_api::Sym;
+use crate::arena::Sym;
 use crate::tree::ScopeTree;
 use crate::value::ValueError;
 pub use error::{WorkerAccessReason, WorkerError};
