@@ -3,7 +3,7 @@
 scripts/charts.py draws (docs/bucket_sweep.svg, docs/ranks_steps.svg); prints
 the Markdown tables of docs/benchmarks.md.
 
-- examples/ranks_bench at 2 ranks and at 4 (oversubscribed): the all-reduce
+- benches/mpi/ranks_bench.rs (the example target ranks_bench) at 2 ranks and at 4 (oversubscribed): the all-reduce
   of a store's gradients (300 f32 tensors, 100 MB) for buckets of 1, 4, 25
   and 100 MiB, against one raw MPI_Allreduce of the same bytes, and the
   consistency digest's cost per MB;

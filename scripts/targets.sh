@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs, one after the other in one session, every benchmark that a
 # performance target of the brief or of issues 9 and 11 is read from, and
-# prints each benchmark's median (criterion's middle estimate). The tables of
-# docs/benchmarks.md ("Targets, one run") come from this output.
+# prints each benchmark's median (criterion's middle estimate). The rows of
+# docs/benchmarks.md measured at `ea0e381`, and "Targets, one run" in
+# docs/benchmarks-history.md, come from this output.
 #
 # Usage: bash scripts/targets.sh [--no-candle] > targets.txt
 # Builds candle (benches/peers) unless --no-candle is given.
