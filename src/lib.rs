@@ -113,3 +113,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[cfg(all(doctest, feature = "safetensors"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// `docs/runtime.md`'s code blocks (the runtime layers: steps, workers, the
+/// lookup cache), compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/runtime.md")]
+struct RuntimeDocDoctests;
