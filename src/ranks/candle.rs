@@ -9,14 +9,15 @@ use std::path::Path;
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor, Var};
 
+use super::agree::{Same, settle, show_count, start};
+use super::bucketed::{Lane, broadcast_values};
 use super::checkpoint::header_fits;
 use super::collective::{Collective, Digest, check_root};
+use super::digest::{compare_values, digest_of_hashes, hash_bytes};
 use super::error::Error;
 use super::manifest::{Manifest, ManifestEntry};
-use super::plan::{
-    Lane, PlanOptions, Reduce, Same, Values, broadcast_values, compare_values, digest_of_hashes,
-    hash_bytes, settle, show_count, start,
-};
+use super::options::{PlanOptions, Reduce};
+use super::values::Values;
 use crate::candle::CandleStore;
 use crate::checkpoint::{self, Dtype, LoadOptions, LoadReport, SaveReport};
 

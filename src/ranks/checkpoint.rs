@@ -3,9 +3,10 @@
 
 use std::path::Path;
 
+use super::agree::{Same, settle, show_count};
 use super::collective::{Collective, DIGEST_BYTES, check_root};
 use super::error::Error;
-use super::plan::{Same, SyncPlan, settle, show_count};
+use super::plan::SyncPlan;
 use crate::ScopeTree;
 use crate::checkpoint::{
     self, Dtype, LoadOptions, LoadReport, Mismatch, SaveOptions, SaveReport, Separator,

@@ -31,6 +31,28 @@
 //!   [`all_gather`](SyncPlan::all_gather)s the parameters once each rank
 //!   stepped its slice.
 //!
+//! The files, from the bottom up (each imports only files above it in
+//! this list):
+//!
+//! | file | role |
+//! |---|---|
+//! | `error.rs` | [`Error`], the layer's errors |
+//! | `collective.rs` | [`Collective`], [`SingleProcess`], digests |
+//! | `mpi.rs` | [`Collective`] for MPI's communicator (feature `mpi`) |
+//! | `access.rs` | how a variable's value is read as bytes, by type |
+//! | `manifest.rs` | [`Manifest`] and its agreement |
+//! | `partition.rs` | [`Partition`]: each rank's slice (ZeRO) |
+//! | `options.rs` | [`PlanOptions`], [`Reduce`], [`DEFAULT_BUCKET_BYTES`] |
+//! | `agree.rs` | how ranks exchange failures and arguments before a collective |
+//! | `values.rs` | a plan's variables as bytes; the float types it reduces |
+//! | `buckets.rs`, `bucketed.rs` | cutting variables into buckets; the bucketed all-reduce and broadcast |
+//! | `digest.rs` | digests of values and the consistency check |
+//! | `scatter.rs` | the buffers and copies of ZeRO's reduce-scatter and all-gather |
+//! | `plan.rs` | [`SyncPlan`]: agreement, broadcast, all-reduce, consistency |
+//! | `zero.rs` | [`SyncPlan`]'s partitioned exchange (ZeRO stage 1) |
+//! | `checkpoint.rs` | [`SyncPlan`]'s checkpoints across ranks |
+//! | `candle.rs` | `CandlePlan` (feature `candle`) |
+//!
 //! Synchronised values are `Vec`, `Box<[_]>` and
 //! [`checkpoint::Tensor`](crate::checkpoint::Tensor) of `f32`, `f64` and the
 //! fixed-size integers (reductions: `f32` and `f64` only). The layer sits
@@ -62,17 +84,23 @@
 //! ```
 
 mod access;
+mod agree;
+mod bucketed;
 mod buckets;
 #[cfg(feature = "candle")]
 mod candle;
 mod checkpoint;
 mod collective;
+mod digest;
 mod error;
 mod manifest;
 #[cfg(feature = "mpi")]
 mod mpi;
+mod options;
 mod partition;
 mod plan;
+mod scatter;
+mod values;
 mod zero;
 
 #[cfg(feature = "candle")]
@@ -80,5 +108,6 @@ pub use candle::CandlePlan;
 pub use collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};
 pub use error::Error;
 pub use manifest::{Manifest, ManifestEntry};
+pub use options::{DEFAULT_BUCKET_BYTES, PlanOptions, Reduce};
 pub use partition::{Partition, Piece};
-pub use plan::{DEFAULT_BUCKET_BYTES, PlanOptions, Reduce, SyncPlan};
+pub use plan::SyncPlan;

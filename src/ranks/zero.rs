@@ -3,102 +3,13 @@
 //! its own slice ([`Partition`]), and its parameters all-gathered once each
 //! rank updated its slice.
 
-use super::Reduce;
+use super::agree::{Same, show_count};
 use super::collective::Collective;
 use super::error::Error;
+use super::options::Reduce;
 use super::partition::Partition;
-use super::plan::{Float, Same, Slot, SyncPlan, cast, cast_mut, show_count};
+use super::plan::SyncPlan;
 use crate::ScopeTree;
-
-/// The buffers of one float type's reduce-scatter: `size` blocks of `block`
-/// elements to send, one block to receive.
-#[derive(Default)]
-struct Scatter<F> {
-    block: usize,
-    send: Vec<F>,
-    recv: Vec<F>,
-}
-
-/// A plan's buffers for the partitioned exchange, made by its first call
-/// and reused after.
-#[derive(Default)]
-pub(crate) struct ZeroBuffers {
-    f32s: Option<Scatter<f32>>,
-    f64s: Option<Scatter<f64>>,
-    /// The all-gather: this rank's block of bytes, and every rank's.
-    gather: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-/// The bytes of one element of `slot`.
-fn elem_size(slot: &Slot) -> usize {
-    slot.access.dtype.bitsize() / 8
-}
-
-impl<F: Float> Scatter<F> {
-    /// Buffers for `part`, whose largest slice of `F` sets the block.
-    fn new(part: &Partition, slots: &[Slot]) -> Self {
-        let block = (0..part.ranks())
-            .map(|r| {
-                part.pieces(r)
-                    .iter()
-                    .filter(|p| slots[p.var].access.dtype == F::DTYPE)
-                    .map(|p| p.len)
-                    .sum::<usize>()
-            })
-            .max()
-            .unwrap_or(0);
-        Self {
-            block,
-            send: vec![F::zeroed(); block * part.ranks()],
-            recv: vec![F::zeroed(); block],
-        }
-    }
-
-    /// Reduce-scatters the `F` variables: every rank's slice goes into its
-    /// block, and this rank's reduced block back into its pieces.
-    fn run<C: Collective + ?Sized>(
-        &mut self,
-        comm: &C,
-        tree: &mut ScopeTree,
-        part: &Partition,
-        slots: &[Slot],
-        op: Reduce,
-    ) -> Result<(), Error> {
-        if self.block == 0 {
-            return Ok(()); // the same on every rank: no variable of this type
-        }
-        for r in 0..part.ranks() {
-            let mut at = r * self.block;
-            for p in part.pieces(r) {
-                let slot = slots[p.var];
-                if slot.access.dtype != F::DTYPE {
-                    continue;
-                }
-                let elems: &[F] = cast((slot.access.bytes)(tree, slot.id)?)?;
-                self.send[at..at + p.len].copy_from_slice(&elems[p.elems()]);
-                at += p.len;
-            }
-        }
-        F::scatter(comm, &self.send, &mut self.recv)?;
-        if op == Reduce::Mean {
-            let ranks = F::of_count(comm.size());
-            for x in &mut self.recv {
-                *x = *x / ranks;
-            }
-        }
-        let mut at = 0;
-        for p in part.pieces(comm.rank()) {
-            let slot = slots[p.var];
-            if slot.access.dtype != F::DTYPE {
-                continue;
-            }
-            let elems: &mut [F] = cast_mut((slot.access.bytes_mut)(tree, slot.id)?)?;
-            elems[p.elems()].copy_from_slice(&self.recv[at..at + p.len]);
-            at += p.len;
-        }
-        Ok(())
-    }
-}
 
 impl SyncPlan {
     /// Each rank's slice of the plan's variables: contiguous ranges in
@@ -163,14 +74,7 @@ impl SyncPlan {
         self.require_floats(tree)?;
         self.check_slots(comm, tree, "reduce-scatter", Ok(()), op.same())?;
         let (part, slots) = (&self.partition, &self.slots[..]);
-        self.zero
-            .f32s
-            .get_or_insert_with(|| Scatter::new(part, slots))
-            .run(comm, tree, part, slots, op)?;
-        self.zero
-            .f64s
-            .get_or_insert_with(|| Scatter::new(part, slots))
-            .run(comm, tree, part, slots, op)
+        self.zero.reduce_scatter(comm, tree, part, slots, op)
     }
 
     /// Copies each rank's slice of the variables ([`partition`](Self::partition))
@@ -210,31 +114,6 @@ impl SyncPlan {
             return Ok(()); // nothing to send, on every rank
         }
         let (part, slots) = (&self.partition, &self.slots[..]);
-        let (send, recv) = self
-            .zero
-            .gather
-            .get_or_insert_with(|| (vec![0; block], vec![0; block * part.ranks()]));
-        let me = comm.rank();
-        let mut at = 0;
-        for p in part.pieces(me) {
-            let slot = slots[p.var];
-            let e = elem_size(&slot);
-            let bytes = (slot.access.bytes)(tree, slot.id)?;
-            send[at..at + p.len * e].copy_from_slice(&bytes[p.start * e..(p.start + p.len) * e]);
-            at += p.len * e;
-        }
-        comm.all_gather_bytes(send, recv)?;
-        for r in (0..part.ranks()).filter(|&r| r != me) {
-            let mut at = r * block;
-            for p in part.pieces(r) {
-                let slot = slots[p.var];
-                let e = elem_size(&slot);
-                let bytes = (slot.access.bytes_mut)(tree, slot.id)?;
-                bytes[p.start * e..(p.start + p.len) * e]
-                    .copy_from_slice(&recv[at..at + p.len * e]);
-                at += p.len * e;
-            }
-        }
-        Ok(())
+        self.zero.all_gather(comm, tree, part, slots, block)
     }
 }

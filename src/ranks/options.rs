@@ -1,0 +1,134 @@
+//! What every rank passes to a plan: the bucket size, the filter of the
+//! plan's variables, and how gradients are combined ([`Reduce`]).
+
+use crate::checkpoint::Filter;
+
+/// The default bucket size: 25 MiB, as PyTorch's DDP.
+///
+/// ```
+/// assert_eq!(scopetree::ranks::DEFAULT_BUCKET_BYTES, 25 * 1024 * 1024);
+/// ```
+pub const DEFAULT_BUCKET_BYTES: usize = 25 << 20;
+
+/// The largest number of elements one MPI call can count.
+const MAX_COUNT: usize = i32::MAX as usize;
+
+/// How gradients are combined across ranks.
+///
+/// ```
+/// assert_ne!(scopetree::ranks::Reduce::Sum, scopetree::ranks::Reduce::Mean);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduce {
+    /// The sum over ranks.
+    Sum,
+    /// The sum over ranks divided by the number of ranks (PyTorch DDP's
+    /// gradient average).
+    Mean,
+}
+
+/// Options of a [`SyncPlan`].
+///
+/// ```
+/// use scopetree::ranks::{PlanOptions, DEFAULT_BUCKET_BYTES};
+/// assert_eq!(PlanOptions::new().bucket_bytes_value(), DEFAULT_BUCKET_BYTES);
+/// assert_eq!(PlanOptions::new().bucket_bytes(4096).bucket_bytes_value(), 4096);
+/// ```
+#[derive(Clone)]
+pub struct PlanOptions {
+    pub(super) bucket_bytes: usize,
+    pub(super) filter: Option<Filter>,
+}
+
+impl std::fmt::Debug for PlanOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanOptions")
+            .field("bucket_bytes", &self.bucket_bytes)
+            .field("filter", &self.filter.is_some())
+            .finish()
+    }
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PlanOptions {
+    /// Buckets of [`DEFAULT_BUCKET_BYTES`]. O(1).
+    ///
+    /// ```
+    /// let _ = scopetree::ranks::PlanOptions::new();
+    /// ```
+    pub fn new() -> Self {
+        Self {
+            bucket_bytes: DEFAULT_BUCKET_BYTES,
+            filter: None,
+        }
+    }
+
+    /// Only the variables whose full name (relative to the plan's scope,
+    /// joined by `/`) `keep` accepts belong to the plan, as
+    /// [`SaveOptions::filter`](crate::checkpoint::SaveOptions::filter) keeps
+    /// keys: for example the gradients among an optimizer's state, or the
+    /// parameters and optimizer state without the workers' scratch. The
+    /// plan's checkpoints ([`SyncPlan::save_on_root`],
+    /// [`SyncPlan::load_on_all`]) use the same filter. O(1).
+    ///
+    /// ```
+    /// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+    /// let mut tree = ScopeTree::new();
+    /// let optim = tree.new_named_scope(tree.root(), "optim")?;
+    /// for name in ["w@GRAD", "w@M", "step"] {
+    ///     let v = tree.var(optim, name)?;
+    ///     tree.set(v, vec![0.0_f32; 2])?;
+    /// }
+    /// let opts = PlanOptions::new().filter(|key| key.ends_with("@GRAD"));
+    /// let plan = SyncPlan::new(&SingleProcess, &tree, optim, &opts)?;
+    /// assert_eq!(plan.manifest().entries().len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn filter(mut self, keep: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.filter = Some(std::sync::Arc::new(keep));
+        self
+    }
+
+    /// The most bytes one collective call moves. A bucket holds at least one
+    /// element, so a size below an element's size means one element per
+    /// call; at most `i32::MAX` elements (MPI's count). Larger buckets make
+    /// fewer calls and cost more memory: the plan keeps two buffers of one
+    /// bucket for each of `f32` and `f64`. O(1).
+    ///
+    /// ```
+    /// use scopetree::ranks::PlanOptions;
+    /// let o = PlanOptions::new().bucket_bytes(1 << 20);
+    /// assert_eq!(o.bucket_bytes_value(), 1 << 20);
+    /// ```
+    #[must_use]
+    pub fn bucket_bytes(mut self, bytes: usize) -> Self {
+        self.bucket_bytes = bytes;
+        self
+    }
+
+    /// The bucket size set. O(1).
+    ///
+    /// ```
+    /// assert_eq!(scopetree::ranks::PlanOptions::new().bucket_bytes(8).bucket_bytes_value(), 8);
+    /// ```
+    pub fn bucket_bytes_value(&self) -> usize {
+        self.bucket_bytes
+    }
+
+    /// Whether the plan keeps the variable `key` (no filter keeps all). O(filter).
+    #[cfg(feature = "candle")]
+    pub(super) fn keeps(&self, key: &str) -> bool {
+        self.filter.as_ref().is_none_or(|keep| keep(key))
+    }
+
+    /// The bucket capacity in elements of `size` bytes. O(1).
+    pub(super) fn cap(&self, size: usize) -> usize {
+        (self.bucket_bytes / size).clamp(1, MAX_COUNT)
+    }
+}

@@ -1,0 +1,116 @@
+//! How a plan reads and writes its variables: one [`Slot`] per variable,
+//! the [`Values`] seen as native bytes (the tree's variables or a candle
+//! store's tensors), and the float types a plan reduces ([`Float`]).
+
+use bytemuck::Pod;
+
+use super::access::Access;
+use super::collective::Collective;
+use super::error::Error;
+use crate::checkpoint::Dtype;
+use crate::{ScopeTree, VarId};
+
+/// One variable of a plan.
+#[derive(Clone, Copy)]
+pub(super) struct Slot {
+    pub(super) id: VarId,
+    pub(super) access: Access,
+    pub(super) nbytes: usize,
+}
+
+/// A float type a plan reduces.
+pub(super) trait Float: Pod + std::ops::Div<Output = Self> {
+    const DTYPE: Dtype;
+    fn sum<C: Collective + ?Sized>(comm: &C, send: &[Self], recv: &mut [Self])
+    -> Result<(), Error>;
+    fn scatter<C: Collective + ?Sized>(
+        comm: &C,
+        send: &[Self],
+        recv: &mut [Self],
+    ) -> Result<(), Error>;
+    fn of_count(n: usize) -> Self;
+}
+
+impl Float for f32 {
+    const DTYPE: Dtype = Dtype::F32;
+    fn sum<C: Collective + ?Sized>(comm: &C, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
+        comm.all_reduce_sum_f32(send, recv)
+    }
+    fn scatter<C: Collective + ?Sized>(
+        comm: &C,
+        send: &[f32],
+        recv: &mut [f32],
+    ) -> Result<(), Error> {
+        comm.reduce_scatter_sum_f32(send, recv)
+    }
+    #[allow(clippy::cast_precision_loss)]
+    fn of_count(n: usize) -> f32 {
+        n as f32
+    }
+}
+
+impl Float for f64 {
+    const DTYPE: Dtype = Dtype::F64;
+    fn sum<C: Collective + ?Sized>(comm: &C, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
+        comm.all_reduce_sum_f64(send, recv)
+    }
+    fn scatter<C: Collective + ?Sized>(
+        comm: &C,
+        send: &[f64],
+        recv: &mut [f64],
+    ) -> Result<(), Error> {
+        comm.reduce_scatter_sum_f64(send, recv)
+    }
+    #[allow(clippy::cast_precision_loss)]
+    fn of_count(n: usize) -> f64 {
+        n as f64
+    }
+}
+
+/// Where a plan's values live, seen as native bytes: the tree's variables,
+/// or a candle store's tensors. `var` is the variable's index in the plan,
+/// `at` a byte offset within it.
+pub(super) trait Values {
+    /// Copies the bytes `at..at + into.len()` of variable `var` into `into`.
+    fn read(&mut self, var: usize, at: usize, into: &mut [u8]) -> Result<(), Error>;
+    /// Copies `from` over the bytes `at..at + from.len()` of variable `var`.
+    fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error>;
+}
+
+/// The variables of a tree plan.
+pub(super) struct InTree<'a> {
+    pub(super) tree: &'a mut ScopeTree,
+    pub(super) slots: &'a [Slot],
+}
+
+impl Values for InTree<'_> {
+    fn read(&mut self, var: usize, at: usize, into: &mut [u8]) -> Result<(), Error> {
+        let slot = self.slots[var];
+        let bytes = (slot.access.bytes)(self.tree, slot.id)?;
+        into.copy_from_slice(&bytes[at..at + into.len()]);
+        Ok(())
+    }
+    fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error> {
+        let slot = self.slots[var];
+        let bytes = (slot.access.bytes_mut)(self.tree, slot.id)?;
+        bytes[at..at + from.len()].copy_from_slice(from);
+        Ok(())
+    }
+}
+
+/// `bytes` as a slice of `F`; [`Error::BadBuffers`] if they do not fit
+/// (never for the plan's own, aligned buffers). O(1).
+pub(super) fn cast<F: Pod>(bytes: &[u8]) -> Result<&[F], Error> {
+    bytemuck::try_cast_slice(bytes).map_err(|e| Error::BadBuffers {
+        op: "all-reduce",
+        reason: e.to_string(),
+    })
+}
+
+/// As [`cast`], mutable. O(1).
+pub(super) fn cast_mut<F: Pod>(bytes: &mut [u8]) -> Result<&mut [F], Error> {
+    bytemuck::try_cast_slice_mut(bytes).map_err(|e| Error::BadBuffers {
+        op: "all-reduce",
+        reason: e.to_string(),
+    })
+}
