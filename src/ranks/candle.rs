@@ -12,8 +12,9 @@ use candle_core::{CpuStorage, DType, Device, Storage, Tensor, Var};
 use super::agree::{Same, settle, show_count, start};
 use super::bucketed::{Lane, broadcast_values};
 use super::checkpoint::header_fits;
+use super::checksum::{VarHash, digest_of_hashes, hash_bytes};
 use super::collective::{Collective, Digest, check_root};
-use super::digest::{compare_values, digest_of_hashes, hash_bytes};
+use super::consistency::compare_values;
 use super::error::Error;
 use super::manifest::{Manifest, ManifestEntry};
 use super::options::{PlanOptions, Reduce};
@@ -72,7 +73,7 @@ pub struct CandlePlan {
     f64s: Lane<f64>,
     byte_cap: usize,
     /// Per-variable digests of the last consistency check.
-    digests: Vec<u64>,
+    digests: Vec<VarHash>,
     /// One digest per rank, for status exchanges and checks.
     gathered: Vec<Digest>,
     /// The tensors one call reads, one per variable (`None`: zeros);

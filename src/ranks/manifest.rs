@@ -3,11 +3,9 @@
 
 use std::any::Any;
 use std::fmt;
-use std::hash::Hasher;
-
-use rustc_hash::FxHasher;
 
 use super::access::{Access, DTYPES, SUPPORTED, Types};
+use super::checksum::digest_of;
 use super::collective::{Collective, DIGEST_BYTES, Digest};
 use super::error::Error;
 use crate::checkpoint::{Dtype, Filter, Separator};
@@ -211,9 +209,9 @@ impl Manifest {
         decode(bytes, scope).map_err(|reason| Error::BadManifest { rank: 0, reason })
     }
 
-    /// The digest ranks compare: a 64-bit hash of [`to_bytes`](Self::to_bytes)
-    /// and its length. The hash is `rustc_hash::FxHasher` (no random seed):
-    /// the same on every rank of one build, not a stored format. O(size).
+    /// The digest ranks compare: the xxh3-128 checksum of
+    /// [`to_bytes`](Self::to_bytes), little-endian (no seed: the same on
+    /// every rank and every build). O(size).
     ///
     /// ```
     /// use scopetree::{ScopeTree, ranks::Manifest};
@@ -358,22 +356,6 @@ impl Manifest {
             }
         }
     }
-}
-
-/// The digest of some bytes: their FxHash and their length, little-endian.
-/// O(len).
-pub(crate) fn digest_of(bytes: &[u8]) -> Digest {
-    let mut h = FxHasher::default();
-    h.write(bytes);
-    digest_parts(h.finish(), bytes.len() as u64)
-}
-
-/// A digest from a hash and a count.
-pub(crate) fn digest_parts(hash: u64, count: u64) -> Digest {
-    let mut d = [0_u8; DIGEST_BYTES];
-    d[..8].copy_from_slice(&hash.to_le_bytes());
-    d[8..].copy_from_slice(&count.to_le_bytes());
-    d
 }
 
 fn put_u64(out: &mut Vec<u8>, n: usize) {

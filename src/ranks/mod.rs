@@ -37,7 +37,8 @@
 //! | file | role |
 //! |---|---|
 //! | `error.rs` | [`Error`], the layer's errors |
-//! | `collective.rs` | [`Collective`], [`SingleProcess`], digests |
+//! | `collective.rs` | [`Collective`], [`SingleProcess`], [`Digest`] |
+//! | `checksum.rs` | the checksums ranks compare (xxh3-128) |
 //! | `mpi.rs` | [`Collective`] for MPI's communicator (feature `mpi`) |
 //! | `access.rs` | how a variable's value is read as bytes, by type |
 //! | `manifest.rs` | [`Manifest`] and its agreement |
@@ -46,7 +47,7 @@
 //! | `agree.rs` | how ranks exchange failures and arguments before a collective |
 //! | `values.rs` | a plan's variables as bytes; the float types it reduces |
 //! | `buckets.rs`, `bucketed.rs` | cutting variables into buckets; the bucketed all-reduce and broadcast |
-//! | `digest.rs` | digests of values and the consistency check |
+//! | `consistency.rs` | the consistency check: the first variable whose bytes differ |
 //! | `scatter.rs` | the buffers and copies of ZeRO's reduce-scatter and all-gather |
 //! | `plan.rs` | [`SyncPlan`]: agreement, broadcast, all-reduce, consistency |
 //! | `zero.rs` | [`SyncPlan`]'s partitioned exchange (ZeRO stage 1) |
@@ -90,8 +91,9 @@ mod buckets;
 #[cfg(feature = "candle")]
 mod candle;
 mod checkpoint;
+mod checksum;
 mod collective;
-mod digest;
+mod consistency;
 mod error;
 mod manifest;
 #[cfg(feature = "mpi")]

@@ -5,8 +5,9 @@
 use super::access::FLOATS;
 use super::agree::{Same, settle, show_count, start};
 use super::bucketed::{Lane, broadcast_values};
+use super::checksum::{VarHash, digest_of_hashes, hash_bytes};
 use super::collective::{Collective, Digest, check_root};
-use super::digest::{compare_values, digest_of_hashes, hash_bytes};
+use super::consistency::compare_values;
 use super::error::Error;
 use super::manifest::{Bound, Manifest, bind, bind_store};
 use super::options::{PlanOptions, Reduce};
@@ -67,7 +68,7 @@ pub struct SyncPlan {
     f64s: Lane<f64>,
     byte_cap: usize,
     /// Per-variable digests of the last consistency check.
-    digests: Vec<u64>,
+    digests: Vec<VarHash>,
     /// One digest per rank, for status exchanges and checks.
     gathered: Vec<Digest>,
 }
@@ -362,7 +363,7 @@ impl SyncPlan {
     }
 
     /// This rank's digest of the variables' bytes: a hash of each value's
-    /// bytes (FxHash, as [`Manifest::digest`]), then of those hashes in
+    /// bytes (xxh3-128, a checksum, as [`Manifest::digest`]), then of those hashes in
     /// manifest order. Local: no collective. Allocates nothing. O(bytes).
     ///
     /// # Errors

@@ -1,31 +1,12 @@
-//! Digests of a plan's values: a hash per variable, their digest, and the
-//! consistency check across ranks that names the first variable whose bytes
-//! differ.
-
-use std::hash::Hasher;
-
-use rustc_hash::FxHasher;
+//! The consistency check across ranks: the ranks compare the digests of
+//! their values and, when they differ, name the first variable whose bytes
+//! differ and the ranks on each side.
 
 use super::agree::settle;
+use super::checksum::VarHash;
 use super::collective::{Collective, Digest};
 use super::error::Error;
-use super::manifest::{Manifest, digest_parts};
-
-/// The hash of one variable's bytes, as a digest of values counts it.
-pub(super) fn hash_bytes(bytes: &[u8]) -> u64 {
-    let mut h = FxHasher::default();
-    h.write(bytes);
-    h.finish()
-}
-
-/// The digest of the per-variable hashes `digests`.
-pub(super) fn digest_of_hashes(digests: &[u64]) -> Digest {
-    let mut all = FxHasher::default();
-    for d in digests {
-        all.write_u64(*d);
-    }
-    digest_parts(all.finish(), digests.len() as u64)
-}
+use super::manifest::Manifest;
 
 /// The consistency check across ranks once each rank has hashed its values
 /// (`digests`, one per variable of `manifest`, and their digest `local`):
@@ -33,7 +14,7 @@ pub(super) fn digest_of_hashes(digests: &[u64]) -> Digest {
 pub(super) fn compare_values<C: Collective + ?Sized>(
     comm: &C,
     gathered: &mut [Digest],
-    digests: &[u64],
+    digests: &[VarHash],
     manifest: &Manifest,
     local: Result<Digest, Error>,
 ) -> Result<(), Error> {
@@ -43,26 +24,27 @@ pub(super) fn compare_values<C: Collective + ?Sized>(
         return Ok(());
     }
     // Every rank's per-variable hashes, rank by rank.
+    const HASH_BYTES: usize = std::mem::size_of::<VarHash>();
     let n = digests.len();
     let mut mine_bytes: Vec<u8> = digests.iter().flat_map(|d| d.to_le_bytes()).collect();
-    let mut all: Vec<Vec<u64>> = Vec::with_capacity(comm.size());
+    let mut all: Vec<Vec<VarHash>> = Vec::with_capacity(comm.size());
     for r in 0..comm.size() {
         let mut buf = if r == comm.rank() {
             std::mem::take(&mut mine_bytes)
         } else {
-            vec![0_u8; n * 8]
+            vec![0_u8; n * HASH_BYTES]
         };
         comm.broadcast_bytes(r, &mut buf)?;
         all.push(
-            buf.chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+            buf.chunks_exact(HASH_BYTES)
+                .map(|c| VarHash::from_le_bytes(c.try_into().unwrap_or_default()))
                 .collect(),
         );
     }
     let first = (0..n).find(|&i| all.iter().any(|d| d[i] != all[0][i]));
     let (key, sides) = match first {
         Some(i) => {
-            let mut sides: Vec<(u64, Vec<usize>)> = Vec::new();
+            let mut sides: Vec<(VarHash, Vec<usize>)> = Vec::new();
             for (r, d) in all.iter().enumerate() {
                 match sides.iter_mut().find(|(h, _)| *h == d[i]) {
                     Some((_, ranks)) => ranks.push(r),
@@ -71,7 +53,7 @@ pub(super) fn compare_values<C: Collective + ?Sized>(
             }
             let sides = sides
                 .into_iter()
-                .map(|(h, ranks)| (format!("bytes with hash {h:#018x}"), ranks))
+                .map(|(h, ranks)| (format!("bytes with hash {h:#034x}"), ranks))
                 .collect();
             (manifest.entries()[i].key.clone(), sides)
         }
