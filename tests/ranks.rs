@@ -435,6 +435,54 @@ fn a_checkpoint_saved_and_loaded_in_one_process_round_trips() -> R {
     Ok(())
 }
 
+/// Scratch variables are synchronised but never saved: the checkpoint of a
+/// plan with scratch holds the rest, byte for byte the file of a plan
+/// without them; it loads back leaving the scratch alone, and a file that
+/// still holds the scratch (an older save) loads too, its scratch ignored.
+#[test]
+fn scratch_is_synchronised_but_left_out_of_checkpoints() -> R {
+    let dir = tempfile::tempdir()?;
+    let (with, without) = (dir.path().join("with.st"), dir.path().join("without.st"));
+    let (mut tree, model, vars) = model()?;
+    let dec_w = |key: &str| key == "dec/w";
+    let scratch = PlanOptions::new().scratch(dec_w);
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, model, &scratch)?;
+    assert_eq!(
+        plan.manifest().entries().len(),
+        4,
+        "the plan synchronises scratch"
+    );
+    let saved = plan.save_on_root(&SingleProcess, &tree, &with, 0, &SaveOptions::new())?;
+    let keys = saved.map(|r| r.keys).unwrap_or_default();
+    assert_eq!(keys.len(), 3);
+    assert!(!keys.iter().any(|k| k == "dec/w"), "{keys:?}");
+    let rest = PlanOptions::new().filter(move |key| !dec_w(key));
+    let plain = SyncPlan::new(&SingleProcess, &tree, model, &rest)?;
+    plain.save_on_root(&SingleProcess, &tree, &without, 0, &SaveOptions::new())?;
+    assert_eq!(std::fs::read(&with)?, std::fs::read(&without)?);
+
+    // The load fills the rest and leaves the scratch as it is.
+    let before = bytes(&tree, &vars)?;
+    tree.get_mut::<Vec<f32>>(vars[1])?.fill(0.0);
+    tree.get_mut::<Vec<f64>>(vars[2])?.fill(9.0);
+    let report = plan.load_on_all(&SingleProcess, &mut tree, &with)?;
+    assert_eq!(report.loaded.len(), 3);
+    assert_eq!(tree.get::<Vec<f64>>(vars[2])?, &[9.0; 4]);
+    tree.get_mut::<Vec<f64>>(vars[2])?
+        .copy_from_slice(&[1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(bytes(&tree, &vars)?, before);
+
+    // A file with the scratch in it loads, the scratch ignored.
+    let all = dir.path().join("all.st");
+    let full = SyncPlan::new(&SingleProcess, &tree, model, &PlanOptions::new())?;
+    full.save_on_root(&SingleProcess, &tree, &all, 0, &SaveOptions::new())?;
+    tree.get_mut::<Vec<f64>>(vars[2])?.fill(9.0);
+    let report = plan.load_on_all(&SingleProcess, &mut tree, &all)?;
+    assert_eq!(report.loaded.len(), 3);
+    assert_eq!(tree.get::<Vec<f64>>(vars[2])?, &[9.0; 4]);
+    Ok(())
+}
+
 #[test]
 fn a_checkpoint_that_does_not_fit_the_plan_changes_nothing() -> R {
     let dir = tempfile::tempdir()?;

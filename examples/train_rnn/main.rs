@@ -35,7 +35,10 @@
 //! moments (gathered to rank 0) and resume in either mode. The output
 //! names the moments' bytes on every rank, and ends with digests of the
 //! parameters and of the moments that the replicated mode prints too (and,
-//! in the replicated mode only, the digest of the checkpoint's keys).
+//! in the replicated mode only, the digest of the replicated state:
+//! parameters, reduced gradients and optimiser state). Checkpoints leave
+//! the gradients out (they are the plans' scratch, `PlanOptions::scratch`),
+//! so both modes write the same file for the same state.
 
 mod model;
 
@@ -294,8 +297,8 @@ fn run(cfg: Config, ckpt: &Checkpoints, world: Box<dyn Collective>) -> Result<()
     say!("Adam moments: digest {moments}");
     if !cfg.zero {
         // The ZeRO mode's gradients outside a rank's slice are that rank's
-        // own: this digest (of the checkpoint's keys) is the replicated
-        // mode's only.
+        // own: this digest (of the replicated state, gradients included) is
+        // the replicated mode's only.
         say!(
             "parameters and optimiser state: digest {}",
             trainer.state_digest()?

@@ -38,11 +38,26 @@ use scopetree::{ScopeId, ScopeTree, StepScopes, StepVar, VarId, WorkerScope};
 /// `checkpoint::Error`).
 pub type Error = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// The keys a checkpoint holds: the parameters (the root's variables) and
-/// the optimiser state (`optim/…`), not the workers' and evaluation's
+/// The state every rank holds alike in the replicated mode: the parameters
+/// (the root's variables) and everything under `optim` (reduced gradients,
+/// Adam moments, the update count), not the workers' and evaluation's
 /// scratch, so a run can resume with another number of workers.
-fn checkpoint_key(key: &str) -> bool {
+fn replicated_key(key: &str) -> bool {
     !key.contains('/') || key.starts_with("optim/")
+}
+
+/// The keys a checkpoint holds: the replicated state less the gradients
+/// (see [`gradient_key`]).
+fn checkpoint_key(key: &str) -> bool {
+    replicated_key(key) && !gradient_key(key)
+}
+
+/// The reduced gradients `optim/<param>@GRAD`: scratch of one update that a
+/// plan synchronises but no checkpoint holds. Under ZeRO each rank holds
+/// partly reduced sums there, so a checkpoint with them would differ
+/// between the modes and the numbers of ranks for the same state.
+fn gradient_key(key: &str) -> bool {
+    key.ends_with("@GRAD")
 }
 
 /// A piece of one parameter's Adam moments: its first element in the
@@ -488,10 +503,10 @@ impl Trainer {
         let state_key: fn(&str) -> bool = if cfg.zero {
             |key| param_key(key) || key == "optim/step"
         } else {
-            checkpoint_key
+            replicated_key
         };
-        let mut state_plan =
-            SyncPlan::new(&*world, &tree, root, &PlanOptions::new().filter(state_key))?;
+        let state_opts = PlanOptions::new().filter(state_key).scratch(gradient_key);
+        let mut state_plan = SyncPlan::new(&*world, &tree, root, &state_opts)?;
         state_plan.broadcast(&*world, &mut tree, 0)?;
         Ok(Trainer {
             cfg,

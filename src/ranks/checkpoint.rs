@@ -67,7 +67,7 @@ impl SyncPlan {
             // of its manifest.
             let mut opts = opts.clone();
             opts.sep = Separator::Slash;
-            opts.filter = self.filter().cloned();
+            opts.filter = self.saved_keys();
             checkpoint::save(tree, self.scope(), path, &opts)
                 .map(Some)
                 .map_err(Error::from)
@@ -132,7 +132,7 @@ impl SyncPlan {
             None,
         )?;
         let mut opts = LoadOptions::new();
-        if let Some(keep) = self.filter().cloned() {
+        if let Some(keep) = self.saved_keys() {
             opts = opts.filter(move |key| keep(key));
         }
         let loaded = checkpoint::load(tree, self.scope(), path, &opts).map_err(Error::from);
@@ -145,13 +145,16 @@ impl SyncPlan {
     /// dtypes, and shapes (element counts for flat values). O(header).
     fn check_file(&self, path: &Path) -> Result<(), Error> {
         let mut file = checkpoint::inspect(path)?;
-        // Keys the plan's filter leaves out are ignored, as a load ignores them.
-        file.retain(|t| self.filter().is_none_or(|keep| keep(&t.key)));
+        // Keys the plan's checkpoints leave out are ignored, as a load
+        // ignores them.
+        let saved = self.saved_keys();
+        file.retain(|t| saved.as_ref().is_none_or(|keep| keep(&t.key)));
         let mine = self
             .manifest()
             .entries()
             .iter()
             .zip(self.flat())
+            .filter(|(e, _)| !self.is_scratch(&e.key))
             .map(|(e, flat)| (e.key.as_str(), e.dtype, e.shape.as_slice(), flat));
         header_fits(path, file, mine)
     }

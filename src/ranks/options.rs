@@ -38,6 +38,7 @@ pub enum Reduce {
 pub struct PlanOptions {
     pub(super) bucket_bytes: usize,
     pub(super) filter: Option<Filter>,
+    pub(super) scratch: Option<Filter>,
 }
 
 impl std::fmt::Debug for PlanOptions {
@@ -45,6 +46,7 @@ impl std::fmt::Debug for PlanOptions {
         f.debug_struct("PlanOptions")
             .field("bucket_bytes", &self.bucket_bytes)
             .field("filter", &self.filter.is_some())
+            .field("scratch", &self.scratch.is_some())
             .finish()
     }
 }
@@ -65,6 +67,7 @@ impl PlanOptions {
         Self {
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             filter: None,
+            scratch: None,
         }
     }
 
@@ -92,6 +95,41 @@ impl PlanOptions {
     #[must_use]
     pub fn filter(mut self, keep: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
         self.filter = Some(std::sync::Arc::new(keep));
+        self
+    }
+
+    /// Marks the plan's variables whose full name `is_scratch` accepts as
+    /// scratch: the plan synchronises them like the others (broadcast,
+    /// all-reduce, consistency check), but its checkpoints
+    /// ([`SyncPlan::save_on_root`], [`SyncPlan::load_on_all`]) leave them
+    /// out, so that a checkpoint holds what a resume needs and nothing
+    /// transient. Gradients (Paddle's `@GRAD` suffix) are the usual scratch:
+    /// under ZeRO each rank holds partly reduced sums there, so saving them
+    /// would make two runs with the same state write different files. The
+    /// default marks nothing. O(1).
+    ///
+    /// ```
+    /// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+    /// let mut tree = ScopeTree::new();
+    /// let optim = tree.new_named_scope(tree.root(), "optim")?;
+    /// for name in ["w@GRAD", "w@M"] {
+    ///     let v = tree.var(optim, name)?;
+    ///     tree.set(v, vec![0.0_f32; 2])?;
+    /// }
+    /// let opts = PlanOptions::new().scratch(|key| key.ends_with("@GRAD"));
+    /// let plan = SyncPlan::new(&SingleProcess, &tree, optim, &opts)?;
+    /// assert_eq!(plan.manifest().entries().len(), 2); // synchronised: both
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("state.safetensors");
+    /// plan.save_on_root(&SingleProcess, &tree, &path, 0, &Default::default())?;
+    /// let saved = scopetree::checkpoint::inspect(&path)?;
+    /// assert_eq!(saved.len(), 1); // saved: only `w@M`
+    /// assert_eq!(saved[0].key, "w@M");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn scratch(mut self, is_scratch: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        self.scratch = Some(std::sync::Arc::new(is_scratch));
         self
     }
 

@@ -57,6 +57,8 @@ pub struct SyncPlan {
     scope: ScopeId,
     /// The variables' filter, which the plan's checkpoints use too.
     filter: Option<Filter>,
+    /// The variables the plan synchronises but its checkpoints leave out.
+    scratch: Option<Filter>,
     pub(super) slots: Vec<Slot>,
     /// The first variable that is neither `f32` nor `f64`.
     pub(super) first_not_float: Option<usize>,
@@ -172,6 +174,7 @@ impl SyncPlan {
             manifest: bound.manifest,
             scope: bound.scope,
             filter: opts.filter.clone(),
+            scratch: opts.scratch.clone(),
             slots,
             gathered,
         })
@@ -219,9 +222,25 @@ impl SyncPlan {
         self.f32s.calls() + self.f64s.calls()
     }
 
-    /// The plan's filter, if any.
-    pub(crate) fn filter(&self) -> Option<&Filter> {
-        self.filter.as_ref()
+    /// The keys the plan's checkpoints hold: those its filter keeps and
+    /// that are not scratch (see [`PlanOptions::scratch`]); `None` for all.
+    /// O(1).
+    pub(crate) fn saved_keys(&self) -> Option<Filter> {
+        match (&self.filter, &self.scratch) {
+            (keep, None) => keep.clone(),
+            (keep, Some(scratch)) => {
+                let (keep, scratch) = (keep.clone(), scratch.clone());
+                Some(std::sync::Arc::new(move |key: &str| {
+                    keep.as_ref().is_none_or(|keep| keep(key)) && !scratch(key)
+                }))
+            }
+        }
+    }
+
+    /// Whether the plan's variable `key` is scratch. O(1) plus the
+    /// predicate.
+    pub(crate) fn is_scratch(&self, key: &str) -> bool {
+        self.scratch.as_ref().is_some_and(|scratch| scratch(key))
     }
 
     /// Whether each variable, in manifest order, is flat (`Vec`, `Box`). O(1)
