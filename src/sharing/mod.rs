@@ -10,7 +10,7 @@
 //! | `chain` | the custom-getter chain: [`CustomGetter`], [`GetterArgs`], [`NextGetter`]; ends in a function the caller gives, so it knows neither the true getter nor scopes |
 //! | `scope` | [`VarScope`], [`ScopeOpts`] |
 //! | `reuse` | [`Reuse`] (a leaf) |
-//! | `counts` | `NameCounts`: TensorFlow's default-name counting, with the scan hints that make a default name O(1) amortised |
+//! | `counts` | `NameCounts`: TensorFlow's default-name counting, with the scan hints that make a default name O(1) amortised; hands each counter change to a closure, so it does not know the journal |
 //! | `journal` | the undo journal (counter changes, created scopes and variables) |
 //! | `index` | `FullNames`: full name → variable, checked against the tree on every hit |
 //! | `path` | `Path`: a checked full or relative name; the one owner of the `/` separator |

@@ -407,10 +407,13 @@ impl VariableStore {
         mut vs: VarScope,
         f: impl FnOnce(&mut Self, &mut VarScope) -> Result<R, Error>,
     ) -> Result<R, Error> {
-        self.counts.open(&self.tree, place, &mut self.journal);
-        let out = f(self, &mut vs);
+        let journal = &mut self.journal;
         self.counts
-            .close_subscopes(&self.tree, place, &mut self.journal);
+            .open(&self.tree, place, |k, old| journal.count_changed(k, old));
+        let out = f(self, &mut vs);
+        let journal = &mut self.journal;
+        self.counts
+            .close_subscopes(&self.tree, place, |k, old| journal.count_changed(k, old));
         out
     }
 
@@ -457,7 +460,9 @@ impl VariableStore {
         let opts = opts.into();
         let place = self.tree.check_scope(captured.place)?;
         self.guarded(|s| {
-            s.counts.open(&s.tree, place, &mut s.journal);
+            let journal = &mut s.journal;
+            s.counts
+                .open(&s.tree, place, |k, old| journal.count_changed(k, old));
             s.journal.begin(None);
             let mut vs = captured.clone();
             vs.reuse = opts.reuse.or(captured.reuse);
