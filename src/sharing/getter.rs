@@ -1,5 +1,6 @@
-//! `get_variable`: the [`VarSpec`] a call gives, and the true getter with
-//! TensorFlow's four cases at the end of the custom-getter chain
+//! `get_variable`: the [`VarSpec`] a call gives,
+//! [`VariableStore::get_variable`] and `get_local_variable`, and the true
+//! getter with TensorFlow's four cases at the end of the custom-getter chain
 //! (`chain.rs`).
 
 use std::fmt;
@@ -297,6 +298,98 @@ impl SpecName {
                 .expect("an inline spec name is copied whole from a `str`"),
             Some(s) => s,
         }
+    }
+}
+
+impl VariableStore {
+    /// Gets the variable `spec.name` of the scope `scope`, or creates it:
+    /// TensorFlow 1's `tf.get_variable`, with its four cases:
+    ///
+    /// | variable | scope's reuse mode | result |
+    /// |---|---|---|
+    /// | exists | `Inherit` (create only) | [`Error::VariableExists`], which suggests the reuse modes |
+    /// | exists | `Reuse` or `AutoReuse` | the same handle, after checking the held type ([`Error::ShareTypeMismatch`]) and shape ([`Error::ShapeMismatch`]) |
+    /// | absent | `Reuse` | [`Error::VariableMissing`] |
+    /// | absent | `Inherit` or `AutoReuse` | created with the initializer |
+    ///
+    /// The name resolves to the full name `{scope.name()}/{spec.name}` and
+    /// exactly there: parents are *not* searched. (Searching parents is
+    /// [`ScopeTree::find_var`]'s job; both exist, under distinct names.)
+    /// Custom getters of the scope (or the spec's own) run first, on create
+    /// and on reuse alike. On reuse the spec's initializer, trainable flag and
+    /// collections are ignored, as in TensorFlow.
+    ///
+    /// Cost: for an existing variable and no custom getter, O(len) per
+    /// component of `spec.name` (one name probe each, no string is built);
+    /// with custom getters, or on create, O(depth + len) to build and resolve
+    /// the full name, plus the initializer and O(number of collections) to
+    /// record a new variable.
+    ///
+    /// # Panics
+    /// If a custom getter or an initializer panics, the panic is resumed
+    /// after the variables the call created are undone.
+    ///
+    /// # Errors
+    /// The four cases above; [`Error::InitializerRequired`] when creating with
+    /// no initializer; [`Error::ConstantWithShape`], [`Error::ShapeRequired`]
+    /// and [`Error::InitShapeMismatch`] for an initializer that does not fit
+    /// the spec; [`Tree`](Error::Tree)([`InvalidName`](crate::Error::InvalidName)) for an empty name or empty path
+    /// component; [`Tree`](Error::Tree)([`StaleScope`](crate::Error::StaleScope)) or [`Tree`](Error::Tree)([`ForeignScope`](crate::Error::ForeignScope)) if
+    /// `scope`'s place was deleted or belongs to another store; and whatever a
+    /// custom getter returns.
+    ///
+    /// ```
+    /// use scopetree::sharing::{Error, Initializer, Reuse, ScopeOpts, VariableStore, VarSpec};
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// let spec = || VarSpec::new("w").initializer(Initializer::constant(vec![0.0_f32; 2]));
+    /// let w = store.variable_scope(&root, "layer", ScopeOpts::new(), |store, vs| {
+    ///     store.get_variable(vs, VarSpec::new("w").initializer(Initializer::constant(vec![0.0_f32; 2])))
+    /// })?;
+    /// assert_eq!(store.full_name(w)?, "layer/w");
+    /// let again = store.variable_scope(&root, "layer", Reuse::Reuse, |store, vs| {
+    ///     store.get_variable(vs, VarSpec::<Vec<f32>>::new("w").shape([2]))
+    /// })?;
+    /// assert_eq!(again, w);
+    /// let err = store.variable_scope(&root, "layer", ScopeOpts::new(), |s, vs| s.get_variable(vs, spec()));
+    /// assert!(matches!(err, Err(Error::VariableExists { .. })));
+    /// # Ok::<(), scopetree::sharing::Error>(())
+    /// ```
+    pub fn get_variable<T>(&mut self, scope: &VarScope, spec: VarSpec<T>) -> Result<VarId, Error>
+    where
+        T: HasShape + Send + Sync + 'static,
+    {
+        get_variable(self, scope, spec, false)
+    }
+
+    /// Gets or creates a *local* variable (TensorFlow's
+    /// `get_local_variable`): as [`get_variable`](Self::get_variable), but the
+    /// variable is never trainable and joins [`LOCAL_VARIABLES`] (after the
+    /// spec's collections, if any) instead of [`GLOBAL_VARIABLES`].
+    /// Same cost as `get_variable`: O(depth) plus the
+    /// initializer on create.
+    ///
+    /// # Errors
+    /// As [`get_variable`](Self::get_variable).
+    ///
+    /// ```
+    /// use scopetree::sharing::{Initializer, VariableStore, VarSpec};
+    /// let mut store = VariableStore::new();
+    /// let root = store.root_scope();
+    /// let step = store.get_local_variable(&root, VarSpec::new("step").initializer(Initializer::constant(0_u64)))?;
+    /// assert_eq!(store.local_variables(None)?, [("step".to_string(), step)]);
+    /// assert!(store.trainable_variables(None)?.is_empty());
+    /// # Ok::<(), scopetree::sharing::Error>(())
+    /// ```
+    pub fn get_local_variable<T>(
+        &mut self,
+        scope: &VarScope,
+        spec: VarSpec<T>,
+    ) -> Result<VarId, Error>
+    where
+        T: HasShape + Send + Sync + 'static,
+    {
+        get_variable(self, scope, spec, true)
     }
 }
 
