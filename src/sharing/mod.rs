@@ -10,10 +10,11 @@
 //! | file | holds |
 //! |---|---|
 //! | `template` | [`Template`] |
-//! | `getter` | [`VarSpec`], [`VariableStore::get_variable`] and `get_local_variable`, the true getter (locate, check the share, create) |
+//! | `getter` | [`VariableStore::get_variable`] and `get_local_variable`, the true getter (locate, check the share, create) |
 //! | `enter` | entering scopes: `root_scope`, `variable_scope`, `variable_scope_unique`, `reenter_scope` |
 //! | `listings` | the collections listings: `collection`, `scope_collection`, `global_variables`, ..., `collection_names` |
 //! | `separated` | the candle backend's calls by `.`-separated names: `find_sep`, `get_or_make`, `adopt` (feature `candle`) |
+//! | `spec` | [`VarSpec`]: what one `get_variable` call asks for (its name inline up to 23 bytes) |
 //! | `scope` | [`VarScope`], [`ScopeOpts`] |
 //! | `chain` | the custom-getter chain: [`CustomGetter`], [`GetterArgs`], [`NextGetter`]; ends in a function the caller gives, so it knows neither the true getter nor scopes |
 //! | `delete` | `delete_scope`, which also frees the sharing metadata of the subtree |
@@ -73,6 +74,7 @@ mod scope;
 #[cfg(feature = "candle")]
 mod separated;
 mod shape;
+mod spec;
 mod store;
 mod template;
 mod var_meta;
@@ -80,11 +82,11 @@ mod var_meta;
 pub use chain::{CustomGetter, GetterArgs, NextGetter};
 pub use collections::{GLOBAL_VARIABLES, LOCAL_VARIABLES, TRAINABLE_VARIABLES};
 pub use error::Error;
-pub use getter::VarSpec;
 pub use init::{InitError, Initializer};
 pub use reuse::Reuse;
 pub use scope::{ScopeOpts, VarScope};
 pub use shape::{HasShape, Shape};
+pub use spec::VarSpec;
 pub use store::VariableStore;
 pub use template::Template;
 
