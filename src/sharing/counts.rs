@@ -2,6 +2,10 @@
 //! (`_VariableScopeStore.variable_scopes_count`), kept per scope key, with a
 //! per-prefix hint that makes picking the next free default name O(1)
 //! amortised.
+//!
+//! Every counter change is handed to a `record` closure the caller gives
+//! (the store passes the journal's `count_changed`), so this file does not
+//! know the journal; the journal stores [`ScopeMeta`] values as they are.
 
 use std::fmt::Write as _;
 
@@ -9,7 +13,6 @@ use rustc_hash::FxHashMap;
 use slotmap::SecondaryMap;
 
 use crate::arena::ScopeKey;
-use crate::sharing::journal::Journal;
 use crate::tree::ScopeTree;
 
 /// Default-name bookkeeping of one scope (TensorFlow's
@@ -65,13 +68,25 @@ impl NameCounts {
         if reset { 0 } else { meta.count }
     }
 
-    fn set(&mut self, key: ScopeKey, meta: ScopeMeta, journal: &mut Journal) {
-        journal.count_changed(key, self.meta.get(key).copied());
+    /// Sets the counter of `key`, handing its old value to `record` first.
+    fn set(
+        &mut self,
+        key: ScopeKey,
+        meta: ScopeMeta,
+        record: impl FnOnce(ScopeKey, Option<ScopeMeta>),
+    ) {
+        record(key, self.meta.get(key).copied());
         self.meta.insert(key, meta);
     }
 
-    /// TensorFlow's `open_variable_scope`. O(depth).
-    pub(crate) fn open(&mut self, tree: &ScopeTree, key: ScopeKey, journal: &mut Journal) {
+    /// TensorFlow's `open_variable_scope`; the old counter goes to
+    /// `record`. O(depth).
+    pub(crate) fn open(
+        &mut self,
+        tree: &ScopeTree,
+        key: ScopeKey,
+        record: impl FnOnce(ScopeKey, Option<ScopeMeta>),
+    ) {
         let count = self.count(tree, key);
         let closed_at = self.meta.get(key).map_or(0, |m| m.closed_at);
         self.clock += 1;
@@ -80,16 +95,17 @@ impl NameCounts {
             opened_at: self.clock,
             closed_at,
         };
-        self.set(key, meta, journal);
+        self.set(key, meta, record);
     }
 
     /// TensorFlow's `close_variable_subscopes`: every strict descendant's
-    /// count drops to 0 (lazily, see [`ScopeMeta`]). O(1).
+    /// count drops to 0 (lazily, see [`ScopeMeta`]); the old counter goes to
+    /// `record`. O(1).
     pub(crate) fn close_subscopes(
         &mut self,
         tree: &ScopeTree,
         key: ScopeKey,
-        journal: &mut Journal,
+        record: impl FnOnce(ScopeKey, Option<ScopeMeta>),
     ) {
         if !tree.scope_is_live(key) {
             return;
@@ -100,7 +116,7 @@ impl NameCounts {
             closed_at: self.clock,
             ..old
         };
-        self.set(key, meta, journal);
+        self.set(key, meta, record);
     }
 
     /// Puts back a counter's old value (an undo). O(1).
