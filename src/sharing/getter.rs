@@ -130,7 +130,7 @@ where
             // initializer, collections) and a long name (`reuse_held`
             // answers only when no shape is asked for). Dropping these two
             // instead of the whole spec saves 15 of 199 instructions per
-            // call (callgrind, `examples/probe_get_variable`).
+            // call (callgrind, `benches/probes/probe_get_variable.rs`, run as `--example probe_get_variable`).
             let VarSpec { name, rare, .. } = spec;
             if let Some(rare) = rare {
                 drop(rare);
