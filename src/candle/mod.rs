@@ -9,7 +9,13 @@
 //!
 //! | file | holds |
 //! |---|---|
-//! | `store` | [`CandleStore`] and its `SimpleBackend` implementation |
+//! | `store` | [`CandleStore`], the state behind its lock, and its construction |
+//! | `get` | the get path `VarBuilder` calls: get-or-create, checked on reuse; `var` |
+//! | `names` | candle's dotted names: their check, and the prefix match |
+//! | `listing` | the `Var`s by name: all, trainable (by prefix or collection), unused |
+//! | `freeze` | freezing by prefix: the store's rules on top of the trainable flag |
+//! | `seal` | sealing: no new variable for an unknown name |
+//! | `checkpoint` | the store's saves (one file or sharded) and loads, in dotted names |
 //! | `var` | a candle `Var` as a tree value: its shape, its checkpoint bytes |
 //! | `error` | [`Error`], this layer's errors |
 //!
@@ -28,7 +34,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod checkpoint;
 mod error;
+mod freeze;
+mod get;
+mod listing;
+mod names;
+mod seal;
 mod store;
 mod var;
 
