@@ -60,10 +60,13 @@ use std::path::Path;
 
 pub use error::{BadFile, BadIndex, Error, Mismatch, NotTensor};
 pub use header::FileTensor;
+pub(crate) use index::{INDEX_FILE, SAVE_ID, index_json, shard_name};
 pub use load::{DtypePolicy, LoadOptions, LoadReport};
 pub use save::{DEFAULT_MAX_SHARD_SIZE, SaveOptions, SaveReport};
+pub(crate) use save::{new_save_id, write_atomic};
 #[cfg(feature = "candle")]
 pub(crate) use tensor::Codec;
+pub(crate) use tensor::is_convertible_float;
 pub use tensor::{Checkpointable, Dtype, Element, FloatDtype, Tensor};
 
 use crate::sharing::VariableStore;

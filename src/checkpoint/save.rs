@@ -424,7 +424,7 @@ pub(crate) fn save_sharded_with(
 }
 
 /// A new id for a save: the time, the process and a counter.
-fn new_save_id() -> String {
+pub(crate) fn new_save_id() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
@@ -436,7 +436,7 @@ fn new_save_id() -> String {
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it to
 /// `path`; nothing is left at `path` or beside it on an error.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     use std::io::Write;
     let shown = path.to_string_lossy();
     let dir = path.parent().unwrap_or(Path::new("."));

@@ -143,7 +143,9 @@ impl SyncPlan {
 
     /// Checks the file's header against the plan's manifest: the same keys,
     /// dtypes, and shapes (element counts for flat values). O(header).
-    fn check_file(&self, path: &Path) -> Result<(), Error> {
+    /// Checks the checkpoint at `path` (a file, an index or a directory)
+    /// against the plan: see [`header_fits`]. O(headers + variables).
+    pub(super) fn check_file(&self, path: &Path) -> Result<(), Error> {
         let mut file = checkpoint::inspect(path)?;
         // Keys the plan's checkpoints leave out are ignored, as a load
         // ignores them.

@@ -51,7 +51,8 @@
 //! | `scatter.rs` | the buffers and copies of ZeRO's reduce-scatter and all-gather |
 //! | `plan.rs` | [`SyncPlan`]: agreement, broadcast, all-reduce, consistency |
 //! | `zero.rs` | [`SyncPlan`]'s partitioned exchange (ZeRO stage 1) |
-//! | `checkpoint.rs` | [`SyncPlan`]'s checkpoints across ranks |
+//! | `checkpoint.rs` | [`SyncPlan`]'s checkpoints on one rank: `save_on_root`, `load_on_all` |
+//! | `shards.rs` | [`SyncPlan`]'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
 //! | `candle.rs` | `CandlePlan` (feature `candle`) |
 //!
 //! Synchronised values are `Vec`, `Box<[_]>` and
@@ -102,6 +103,7 @@ mod options;
 mod partition;
 mod plan;
 mod scatter;
+mod shards;
 mod values;
 mod zero;
 
@@ -113,3 +115,4 @@ pub use manifest::{Manifest, ManifestEntry};
 pub use options::{DEFAULT_BUCKET_BYTES, PlanOptions, Reduce};
 pub use partition::{Partition, Piece};
 pub use plan::SyncPlan;
+pub use shards::{ShardedLoad, ShardedSave};

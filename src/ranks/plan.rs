@@ -237,6 +237,11 @@ impl SyncPlan {
         }
     }
 
+    /// The most bytes one broadcast of the plan moves. O(1).
+    pub(super) fn byte_cap(&self) -> usize {
+        self.byte_cap
+    }
+
     /// Whether the plan's variable `key` is scratch. O(1) plus the
     /// predicate.
     pub(crate) fn is_scratch(&self, key: &str) -> bool {

@@ -1,0 +1,452 @@
+//! Checkpoints across ranks that scale with the ranks: every rank writes a
+//! part of a plan's variables, in parallel, as one shard of a Hugging Face
+//! sharded checkpoint, and a checkpoint saved on N ranks loads on any
+//! number of ranks, each rank reading a share of the bytes and the ranks
+//! exchanging the rest.
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+
+use rustc_hash::FxHashSet;
+
+use super::agree::{Same, settle, show_count};
+use super::bucketed::broadcast_values;
+use super::collective::{Collective, DIGEST_BYTES};
+use super::error::Error;
+use super::plan::SyncPlan;
+use super::values::{Slot, Values};
+use crate::ScopeTree;
+use crate::checkpoint::{
+    self, Dtype, INDEX_FILE, LoadOptions, SAVE_ID, SaveOptions, Separator, index_json,
+    is_convertible_float, new_save_id, shard_name, write_atomic,
+};
+
+/// The longest save id a save broadcasts (its ids are about 30 bytes).
+const SAVE_ID_BYTES: usize = 64;
+
+/// What one rank did in a [`SyncPlan::save_shards`].
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+/// let mut tree = ScopeTree::new();
+/// let w = tree.var(tree.root(), "w")?;
+/// tree.set(w, vec![1.0_f32; 4])?;
+/// let mut plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+/// let saved = plan.save_shards(&SingleProcess, &tree, dir.path(), &Default::default())?;
+/// assert_eq!(saved.shards, ["model-00001-of-00001.safetensors"]);
+/// assert_eq!(saved.keys, ["w"]);
+/// assert_eq!(saved.bytes, 16);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShardedSave {
+    /// Every shard of the checkpoint, in order; the index names them.
+    pub shards: Vec<String>,
+    /// The shard this rank wrote, if any (a rank writes none when the plan
+    /// has fewer variables to save than there are ranks).
+    pub mine: Option<String>,
+    /// The keys of this rank's shard, in key order.
+    pub keys: Vec<String>,
+    /// The tensor bytes of this rank's shard, as written.
+    pub bytes: u64,
+}
+
+/// What one rank did in a [`SyncPlan::load_shards`].
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+/// let mut tree = ScopeTree::new();
+/// let w = tree.var(tree.root(), "w")?;
+/// tree.set(w, vec![1.0_f32; 4])?;
+/// let mut plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+/// plan.save_shards(&SingleProcess, &tree, dir.path(), &Default::default())?;
+/// let loaded = plan.load_shards(&SingleProcess, &mut tree, dir.path())?;
+/// assert_eq!((loaded.keys, loaded.bytes), (vec!["w".to_owned()], 16));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShardedLoad {
+    /// The keys this rank read from the files, in key order; the other
+    /// ranks sent it the rest.
+    pub keys: Vec<String>,
+    /// The tensor bytes this rank read.
+    pub bytes: u64,
+}
+
+/// Cuts items of `sizes` bytes, in order, into at most `parts` contiguous
+/// ranges of about equal bytes: each item goes to the part its middle byte
+/// falls in, so no range holds much more than `total / parts` plus one
+/// item. Some ranges are empty when a few items are large. O(items).
+fn cut_whole(sizes: &[u64], parts: usize) -> Vec<Range<usize>> {
+    let total: u64 = sizes.iter().sum();
+    let mut ranges = vec![0..0; parts.max(1)];
+    let mut before = 0_u64;
+    let mut start = 0;
+    let mut part = 0;
+    for (i, &size) in sizes.iter().enumerate() {
+        let middle = u128::from(before) * 2 + u128::from(size);
+        let p = if total == 0 {
+            i * parts / sizes.len().max(1)
+        } else {
+            (middle * parts as u128 / (u128::from(total) * 2)) as usize
+        }
+        .min(parts - 1);
+        if p != part {
+            ranges[part] = start..i;
+            for empty in ranges.iter_mut().take(p).skip(part + 1) {
+                *empty = i..i;
+            }
+            (start, part) = (i, p);
+        }
+        before += size;
+    }
+    ranges[part] = start..sizes.len();
+    for empty in ranges.iter_mut().skip(part + 1) {
+        *empty = sizes.len()..sizes.len();
+    }
+    ranges
+}
+
+/// A plan's variables at `indices`, seen as the variables `0..` of a
+/// bucketed broadcast.
+struct Subset<'a> {
+    tree: &'a mut ScopeTree,
+    slots: &'a [Slot],
+    indices: &'a [usize],
+}
+
+impl Values for Subset<'_> {
+    fn read(&mut self, var: usize, at: usize, into: &mut [u8]) -> Result<(), Error> {
+        let slot = self.slots[self.indices[var]];
+        let bytes = (slot.access.bytes)(self.tree, slot.id)?;
+        into.copy_from_slice(&bytes[at..at + into.len()]);
+        Ok(())
+    }
+    fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error> {
+        let slot = self.slots[self.indices[var]];
+        let bytes = (slot.access.bytes_mut)(self.tree, slot.id)?;
+        bytes[at..at + from.len()].copy_from_slice(from);
+        Ok(())
+    }
+}
+
+impl SyncPlan {
+    /// The plan's variables that its checkpoints hold (not scratch), as
+    /// indices into its slots, with their bytes as written under
+    /// `floats_as`. O(variables).
+    fn saved_entries(&self, floats_as: Option<Dtype>) -> (Vec<usize>, Vec<u64>) {
+        self.manifest()
+            .entries()
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !self.is_scratch(&e.key))
+            .map(|(i, e)| {
+                let dtype = match floats_as {
+                    Some(to) if is_convertible_float(e.dtype) => to,
+                    _ => e.dtype,
+                };
+                let elems: usize = e.shape.iter().product();
+                (i, (elems * dtype.bitsize() / 8) as u64)
+            })
+            .unzip()
+    }
+
+    /// Saves the plan's variables into the directory `dir` as a Hugging
+    /// Face sharded checkpoint, every rank writing one shard in parallel: the
+    /// variables (less [scratch](super::PlanOptions::scratch)), in key
+    /// order, are cut into one shard of whole tensors per rank, of about
+    /// equal bytes (fewer shards when there are fewer variables than
+    /// ranks), and rank `k` writes `model-0000k-of-0000N.safetensors`
+    /// atomically, with `"format": "pt"` and the save's id in its metadata.
+    /// When every rank's shard is on disk, rank 0 writes the index
+    /// `model.safetensors.index.json` (the shards' names and the same id),
+    /// atomically, last: only then is the checkpoint visible. A collective
+    /// call; every rank's variables must be equal (replicated, as after an
+    /// all-reduce or a broadcast). candle's `from_mmaped_safetensors`,
+    /// `transformers` and Python's `safetensors` read the shards as they
+    /// are; [`load_shards`](Self::load_shards) reads them at any number of
+    /// ranks.
+    ///
+    /// Keys are the manifest's (`/`-separated); `opts`' separator and
+    /// filter are the plan's own, its other options apply
+    /// ([`floats_as`](SaveOptions::floats_as), metadata). O(variables +
+    /// bytes of this rank's shard); memory: this rank's shard's converted
+    /// bytes under `floats_as`, else none beyond the headers.
+    ///
+    /// A save that stops before the index (a rank killed, a full disk)
+    /// leaves the previous index in place; if the previous checkpoint in
+    /// `dir` had shards of the same names, those now carry another save's
+    /// id and the checkpoint fails to load with a clear error
+    /// ([`BadIndex::TornSave`](checkpoint::BadIndex::TornSave)) rather
+    /// than mixing two saves. Save each step into a directory of its own
+    /// to keep the previous checkpoint loadable.
+    ///
+    /// # Errors
+    /// On every rank: [`Error::ArgumentsDiffer`] when the ranks pass
+    /// different `floats_as`; when a rank cannot create `dir` or write its
+    /// shard, that rank's [`Error::Checkpoint`] and [`Error::PeerFailed`]
+    /// on the others, with no index written; [`Error::Changed`] on a rank
+    /// whose tree changed since the plan.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// use scopetree::{ScopeTree, checkpoint, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+    /// let mut tree = ScopeTree::new();
+    /// for name in ["a", "b"] {
+    ///     let v = tree.var(tree.root(), name)?;
+    ///     tree.set(v, vec![0.5_f32; 4])?;
+    /// }
+    /// let mut plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+    /// plan.save_shards(&SingleProcess, &tree, dir.path(), &Default::default())?;
+    /// // A plain Hugging Face checkpoint: the checkpoint layer reads it too.
+    /// assert_eq!(checkpoint::inspect(dir.path())?.len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn save_shards<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        tree: &ScopeTree,
+        dir: impl AsRef<Path>,
+        opts: &SaveOptions,
+    ) -> Result<ShardedSave, Error> {
+        let dir = dir.as_ref();
+        let floats: Same = (
+            "float dtypes",
+            opts.floats_as.map_or(0, |d| d.bitsize() as u64 + 1),
+            show_count,
+        );
+        let made = std::fs::create_dir_all(dir)
+            .map_err(checkpoint::Error::io(&dir.to_string_lossy()))
+            .map_err(Error::from);
+        self.check_slots(comm, tree, "saving the shards", made, floats)?;
+
+        // Rank 0 names the save; every rank stamps its shard with the name.
+        let mut id = [0_u8; SAVE_ID_BYTES];
+        if comm.rank() == 0 {
+            let mine = new_save_id();
+            let n = mine.len().min(SAVE_ID_BYTES);
+            id[..n].copy_from_slice(&mine.as_bytes()[..n]);
+        }
+        comm.broadcast_bytes(0, &mut id)?;
+        let end = id.iter().position(|&b| b == 0).unwrap_or(SAVE_ID_BYTES);
+        let save_id = String::from_utf8_lossy(&id[..end]).into_owned();
+
+        let (indices, sizes) = self.saved_entries(opts.floats_as);
+        let ranges: Vec<Range<usize>> = cut_whole(&sizes, comm.size().min(sizes.len()).max(1))
+            .into_iter()
+            .filter(|r| !r.is_empty() || sizes.is_empty())
+            .collect();
+        let n = ranges.len();
+        let key = |i: usize| self.manifest().entries()[indices[i]].key.as_str();
+        let mut saved = ShardedSave {
+            shards: (1..=n).map(|k| shard_name(k, n)).collect(),
+            ..ShardedSave::default()
+        };
+        let written = match ranges.get(comm.rank()) {
+            Some(range) => {
+                let name = saved.shards[comm.rank()].clone();
+                let keys: FxHashSet<String> = range.clone().map(|i| key(i).to_owned()).collect();
+                let mut meta = opts.metadata.clone().unwrap_or_default();
+                meta.entry("format".to_owned())
+                    .or_insert_with(|| "pt".to_owned());
+                meta.insert(SAVE_ID.to_owned(), save_id.clone());
+                let mut mine = opts.clone().metadata(meta);
+                mine.sep = Separator::Slash;
+                let keys = Arc::new(keys);
+                mine.filter = Some(Arc::new(move |k: &str| keys.contains(k)));
+                saved.bytes = sizes[range.clone()].iter().sum();
+                saved.mine = Some(name.clone());
+                checkpoint::save(tree, self.scope(), dir.join(&name), &mine)
+                    .map(|report| saved.keys = report.keys)
+                    .map_err(Error::from)
+            }
+            None => Ok(()),
+        };
+        let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
+        settle(comm, &mut gathered, "writing the shards", written, None)?;
+
+        let indexed = if comm.rank() == 0 {
+            let entries: Vec<(&str, &str)> = ranges
+                .iter()
+                .zip(&saved.shards)
+                .flat_map(|(range, shard)| range.clone().map(move |i| (key(i), shard.as_str())))
+                .collect();
+            let total = sizes.iter().sum();
+            let text = index_json(&entries, total, &save_id);
+            write_atomic(&dir.join(INDEX_FILE), text.as_bytes()).map_err(Error::from)
+        } else {
+            Ok(())
+        };
+        settle(comm, &mut gathered, "writing the index", indexed, None)?;
+        Ok(saved)
+    }
+
+    /// Loads a checkpoint directory (or index, or single file) into the
+    /// plan's variables at any number of ranks, each rank reading a share:
+    /// the plan's variables (less scratch), in key order, are cut into one
+    /// part of whole tensors per rank of about equal bytes, each rank reads
+    /// its part from the files, and each part is then broadcast from its
+    /// rank to the others in buckets. Across all ranks the load reads each
+    /// tensor once, plus every file's header on every rank. A checkpoint
+    /// saved by [`save_shards`](Self::save_shards) on N ranks, by
+    /// [`save_on_root`](Self::save_on_root) or by any tool writing the
+    /// Hugging Face layout loads the same way. A collective call; ends with
+    /// the [consistency check](Self::check_consistency).
+    ///
+    /// Strict and atomic across the ranks: first every rank checks the
+    /// index and every shard's header against the plan (every name, dtype
+    /// and shape; a missing or torn shard) and the ranks exchange the
+    /// outcome, so a checkpoint that does not fit changes no rank's tree;
+    /// then each rank keeps a copy of the values it is about to overwrite
+    /// and reads its part; if any rank's read fails, every rank puts its
+    /// copy back. O(headers + variables + bytes of this rank's part) read;
+    /// memory: this rank's part's old values plus one bucket.
+    ///
+    /// # Errors
+    /// On the rank concerned, the checkpoint's error ([`Error::Checkpoint`]:
+    /// [`checkpoint::Error::Mismatch`] naming every missing, unexpected and
+    /// mismatched tensor, a bad index, a missing or torn shard, an
+    /// unreadable file), and on the others [`Error::PeerFailed`]; the trees
+    /// are unchanged. [`Error::Diverged`] when the ranks loaded different
+    /// bytes (files that differ between hosts).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
+    /// let mut tree = ScopeTree::new();
+    /// let w = tree.var(tree.root(), "w")?;
+    /// tree.set(w, vec![1.0_f32; 4])?;
+    /// let mut plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+    /// plan.save_shards(&SingleProcess, &tree, dir.path(), &Default::default())?;
+    /// tree.get_mut::<Vec<f32>>(w)?.fill(0.0);
+    /// plan.load_shards(&SingleProcess, &mut tree, dir.path())?;
+    /// assert_eq!(tree.get::<Vec<f32>>(w)?, &[1.0; 4]);
+    /// // A variable the files lack is an error, and nothing changes.
+    /// let v = tree.var(tree.root(), "v")?;
+    /// tree.set(v, vec![2.0_f32; 2])?;
+    /// let mut plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+    /// tree.get_mut::<Vec<f32>>(w)?.fill(0.0);
+    /// assert!(plan.load_shards(&SingleProcess, &mut tree, dir.path()).is_err());
+    /// assert_eq!(tree.get::<Vec<f32>>(w)?, &[0.0; 4]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn load_shards<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        tree: &mut ScopeTree,
+        dir: impl AsRef<Path>,
+    ) -> Result<ShardedLoad, Error> {
+        let dir = dir.as_ref();
+        let checked = self.check_file(dir);
+        self.check_slots(comm, tree, "checking the shards", checked, no_argument())?;
+
+        let (indices, sizes) = self.saved_entries(None);
+        let ranges = cut_whole(&sizes, comm.size());
+        let mine = &indices[ranges[comm.rank()].clone()];
+        let keys: Vec<String> = mine
+            .iter()
+            .map(|&i| self.manifest().entries()[i].key.clone())
+            .collect();
+        // The values this rank is about to overwrite, to put back if a
+        // rank's read fails.
+        let slots = &self.slots;
+        let old: Result<Vec<Vec<u8>>, Error> = mine
+            .iter()
+            .map(|&i| Ok((slots[i].access.bytes)(tree, slots[i].id)?.to_vec()))
+            .collect();
+        let old = old?;
+        let read = if keys.is_empty() {
+            Ok(())
+        } else {
+            let wanted: Arc<FxHashSet<String>> = Arc::new(keys.iter().cloned().collect());
+            let opts = LoadOptions::new().filter(move |k| wanted.contains(k));
+            checkpoint::load(tree, self.scope(), dir, &opts)
+                .map(drop)
+                .map_err(Error::from)
+        };
+        let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
+        if let Err(err) = settle(comm, &mut gathered, "reading the shards", read, None) {
+            // Here or elsewhere, a read failed: every rank puts back what it
+            // had (a load that failed here may have written some of it).
+            for (&i, bytes) in mine.iter().zip(&old) {
+                (slots[i].access.bytes_mut)(tree, slots[i].id)?.copy_from_slice(bytes);
+            }
+            return Err(err);
+        }
+        drop(old);
+
+        let cap = self.byte_cap();
+        for (rank, range) in ranges.iter().enumerate() {
+            let part = &indices[range.clone()];
+            let nbytes = part.iter().map(|&i| slots[i].nbytes);
+            let mut values = Subset {
+                tree,
+                slots,
+                indices: part,
+            };
+            broadcast_values(comm, rank, nbytes, cap, &mut values)?;
+        }
+        self.check_consistency(comm, tree)?;
+        Ok(ShardedLoad {
+            bytes: sizes[ranges[comm.rank()].clone()].iter().sum(),
+            keys,
+        })
+    }
+}
+
+/// No argument to compare: every rank sends 0.
+fn no_argument() -> Same {
+    ("arguments", 0, show_count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes_of(sizes: &[u64], ranges: &[Range<usize>]) -> Vec<u64> {
+        ranges
+            .iter()
+            .map(|r| sizes[r.clone()].iter().sum())
+            .collect()
+    }
+
+    #[test]
+    fn cuts_are_contiguous_whole_and_about_equal() {
+        let sizes = [4, 4, 4, 4, 4, 4, 4, 4];
+        let r = cut_whole(&sizes, 4);
+        assert_eq!(r, [0..2, 2..4, 4..6, 6..8]);
+        let r = cut_whole(&sizes, 3);
+        assert_eq!(bytes_of(&sizes, &r), [12, 8, 12]);
+        // Every item in exactly one range, in order.
+        for parts in 1..10 {
+            let sizes: Vec<u64> = (1..=20).map(|i| i * i).collect();
+            let r = cut_whole(&sizes, parts);
+            assert_eq!(r.len(), parts);
+            assert_eq!(r[0].start, 0);
+            assert_eq!(r[parts - 1].end, sizes.len());
+            for w in r.windows(2) {
+                assert_eq!(w[0].end, w[1].start);
+            }
+            let total: u64 = sizes.iter().sum();
+            let largest = sizes.iter().max().copied().unwrap_or(0);
+            for b in bytes_of(&sizes, &r) {
+                assert!(b <= total / parts as u64 + largest, "{b} in {parts} parts");
+            }
+        }
+    }
+
+    #[test]
+    fn large_items_leave_parts_empty_and_no_items_cut_into_empty_parts() {
+        // The large item's middle byte lies in the second third.
+        let r = cut_whole(&[100, 1, 1], 3);
+        assert_eq!(r, [0..0, 0..1, 1..3]);
+        assert_eq!(cut_whole(&[], 3), [0..0, 0..0, 0..0]);
+        assert_eq!(cut_whole(&[0, 0, 0, 0], 2), [0..2, 2..4]);
+        assert_eq!(cut_whole(&[5], 1).first(), Some(&(0..1)));
+    }
+}

@@ -1,0 +1,225 @@
+//! Checkpoints written and read by every rank (`SyncPlan::save_shards`,
+//! `SyncPlan::load_shards`) in one process: the Hugging Face layout as
+//! written, strict and atomic loads, scratch left out, and the other
+//! checkpoint forms loading the same way. Across real ranks (saved on N,
+//! loaded on 1..N, the same error on every rank) they run under `mpirun`
+//! in `tests/ranks_mpi.rs`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use scopetree::checkpoint::{self, FloatDtype, SaveOptions, Tensor};
+use scopetree::ranks::{Error, PlanOptions, SingleProcess, SyncPlan};
+use scopetree::{ScopeId, ScopeTree, VarId};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+/// A model scope with `enc/w` (Tensor<f32> [2, 3]), `enc/b` (Vec<f32>
+/// [3]), `dec/w` (Vec<f64> [4]) and `dec/w@GRAD` (Vec<f64> [4]).
+fn model(seed: f32) -> Result<(ScopeTree, ScopeId, Vec<VarId>), Box<dyn std::error::Error>> {
+    let mut tree = ScopeTree::new();
+    let model = tree.new_named_scope(tree.root(), "model")?;
+    let enc = tree.new_named_scope(model, "enc")?;
+    let dec = tree.new_named_scope(model, "dec")?;
+    let w = tree.var(enc, "w")?;
+    let vals: Vec<f32> = (0..6).map(|i| seed + i as f32).collect();
+    tree.set(w, Tensor::new(vec![2, 3], vals)?)?;
+    let b = tree.var(enc, "b")?;
+    tree.set(b, vec![seed * 0.5, -1.0, 2.0])?;
+    let dw = tree.var(dec, "w")?;
+    tree.set(dw, vec![f64::from(seed); 4])?;
+    let g = tree.var(dec, "w@GRAD")?;
+    tree.set(g, vec![-f64::from(seed); 4])?;
+    Ok((tree, model, vec![w, b, dw, g]))
+}
+
+fn values(tree: &ScopeTree, vars: &[VarId]) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    let mut out: Vec<f64> = tree
+        .get::<Tensor<f32>>(vars[0])?
+        .data()
+        .iter()
+        .map(|&x| f64::from(x))
+        .collect();
+    out.extend(tree.get::<Vec<f32>>(vars[1])?.iter().map(|&x| f64::from(x)));
+    out.extend(tree.get::<Vec<f64>>(vars[2])?);
+    out.extend(tree.get::<Vec<f64>>(vars[3])?);
+    Ok(out)
+}
+
+fn scratch() -> PlanOptions {
+    PlanOptions::new().scratch(|key| key.ends_with("@GRAD"))
+}
+
+/// The index's weight map, read as JSON.
+fn weight_map(dir: &Path) -> Result<BTreeMap<String, String>, Box<dyn std::error::Error>> {
+    let text = std::fs::read_to_string(dir.join("model.safetensors.index.json"))?;
+    let json: serde_json::Value = serde_json::from_str(&text)?;
+    let map = json["weight_map"]
+        .as_object()
+        .ok_or("no weight_map")?
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+        .collect();
+    Ok(map)
+}
+
+#[test]
+fn the_shards_are_a_hugging_face_checkpoint_that_loads_back() -> R {
+    let dir = tempfile::tempdir()?;
+    let (mut tree, scope, vars) = model(1.0)?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, scope, &scratch())?;
+    let saved = plan.save_shards(&SingleProcess, &tree, dir.path(), &SaveOptions::new())?;
+    assert_eq!(saved.shards, ["model-00001-of-00001.safetensors"]);
+    assert_eq!(
+        saved.mine.as_deref(),
+        Some("model-00001-of-00001.safetensors")
+    );
+    assert_eq!(saved.keys, ["dec/w", "enc/b", "enc/w"]);
+    assert_eq!(saved.bytes, 32 + 12 + 24);
+    let map = weight_map(dir.path())?;
+    assert_eq!(map.len(), 3, "{map:?}");
+    assert!(!map.contains_key("dec/w@GRAD"), "scratch is left out");
+    // Every shard says it is a PyTorch-layout file, as the Hugging Face
+    // loaders require.
+    let shard = std::fs::read(dir.path().join(&saved.shards[0]))?;
+    let n = u64::from_le_bytes(shard[..8].try_into()?) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&shard[8..8 + n])?;
+    assert_eq!(header["__metadata__"]["format"], "pt");
+
+    // The checkpoint layer reads it as any sharded checkpoint.
+    let mut other = model(7.0)?;
+    checkpoint::load(
+        &mut other.0,
+        other.1,
+        dir.path(),
+        &checkpoint::LoadOptions::new().filter(|k| !k.ends_with("@GRAD")),
+    )?;
+    let before = values(&tree, &vars)?;
+    assert_eq!(values(&other.0, &other.2)?[..13], before[..13]);
+
+    // The plan reads it back; the scratch keeps its value.
+    tree.get_mut::<Vec<f32>>(vars[1])?.fill(0.0);
+    tree.get_mut::<Vec<f64>>(vars[3])?.fill(5.0);
+    let loaded = plan.load_shards(&SingleProcess, &mut tree, dir.path())?;
+    assert_eq!(loaded.keys, ["dec/w", "enc/b", "enc/w"]);
+    assert_eq!(loaded.bytes, 68);
+    let after = values(&tree, &vars)?;
+    assert_eq!(after[..13], before[..13]);
+    assert_eq!(after[13..], [5.0; 4]);
+    Ok(())
+}
+
+#[test]
+fn a_checkpoint_that_does_not_fit_changes_nothing() -> R {
+    let dir = tempfile::tempdir()?;
+    let (tree, scope, _) = model(1.0)?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, scope, &scratch())?;
+    plan.save_shards(&SingleProcess, &tree, dir.path(), &SaveOptions::new())?;
+
+    // Another model: a missing variable, a shape that differs.
+    let (mut other, oscope, ovars) = model(3.0)?;
+    let enc = other.kid(oscope, "enc")?.ok_or("enc")?;
+    let extra = other.var(enc, "extra")?;
+    other.set(extra, vec![0.0_f32; 2])?;
+    other.set(ovars[1], vec![0.0_f32; 4])?;
+    let mut oplan = SyncPlan::new(&SingleProcess, &other, oscope, &scratch())?;
+    let before = (
+        values(&other, &ovars)?,
+        other.get::<Vec<f32>>(extra)?.clone(),
+    );
+    let err = oplan
+        .load_shards(&SingleProcess, &mut other, dir.path())
+        .unwrap_err();
+    let msg = err.to_string();
+    for part in ["enc/extra", "enc/b"] {
+        assert!(msg.contains(part), "{msg}");
+    }
+    assert!(matches!(err, Error::Checkpoint(_)), "{err:?}");
+    let after = (
+        values(&other, &ovars)?,
+        other.get::<Vec<f32>>(extra)?.clone(),
+    );
+    assert_eq!(before, after);
+
+    // A shard deleted: a clear error, nothing changed.
+    let (mut tree2, scope2, vars2) = model(9.0)?;
+    let mut plan2 = SyncPlan::new(&SingleProcess, &tree2, scope2, &scratch())?;
+    std::fs::remove_file(dir.path().join("model-00001-of-00001.safetensors"))?;
+    let before = values(&tree2, &vars2)?;
+    let err = plan2
+        .load_shards(&SingleProcess, &mut tree2, dir.path())
+        .unwrap_err();
+    assert!(err.to_string().contains("model-00001-of-00001"), "{err}");
+    assert_eq!(values(&tree2, &vars2)?, before);
+    Ok(())
+}
+
+#[test]
+fn a_single_file_and_a_checkpoint_layer_shard_set_load_the_same_way() -> R {
+    let dir = tempfile::tempdir()?;
+    let (tree, scope, vars) = model(2.0)?;
+    let want = values(&tree, &vars)?;
+    let plan = SyncPlan::new(&SingleProcess, &tree, scope, &scratch())?;
+    let file = dir.path().join("one.safetensors");
+    plan.save_on_root(&SingleProcess, &tree, &file, 0, &SaveOptions::new())?;
+    let sharded = dir.path().join("sharded");
+    checkpoint::save_sharded(
+        &tree,
+        scope,
+        &sharded,
+        &SaveOptions::new()
+            .max_shard_size(16)
+            .filter(|k| !k.ends_with("@GRAD")),
+    )?;
+    assert!(checkpoint::inspect(&sharded)?.len() == 3);
+    for path in [file.as_path(), sharded.as_path()] {
+        let (mut t, s, v) = model(0.0)?;
+        let mut p = SyncPlan::new(&SingleProcess, &t, s, &scratch())?;
+        p.load_shards(&SingleProcess, &mut t, path)?;
+        assert_eq!(values(&t, &v)?[..13], want[..13], "{}", path.display());
+    }
+    Ok(())
+}
+
+#[test]
+fn floats_as_bf16_writes_bf16_shards() -> R {
+    let dir = tempfile::tempdir()?;
+    let (tree, scope, _) = model(1.0)?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, scope, &scratch())?;
+    let saved = plan.save_shards(
+        &SingleProcess,
+        &tree,
+        dir.path(),
+        &SaveOptions::new().floats_as(FloatDtype::BF16),
+    )?;
+    assert_eq!(saved.bytes, (4 + 3 + 6) * 2);
+    let dtypes: Vec<_> = checkpoint::inspect(dir.path())?
+        .into_iter()
+        .map(|t| t.dtype)
+        .collect();
+    assert!(
+        dtypes.iter().all(|d| *d == checkpoint::Dtype::BF16),
+        "{dtypes:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_directory_that_cannot_be_made_is_an_error_and_writes_nothing() -> R {
+    let dir = tempfile::tempdir()?;
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, b"not a directory")?;
+    let (tree, scope, _) = model(1.0)?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, scope, &scratch())?;
+    let err = plan
+        .save_shards(
+            &SingleProcess,
+            &tree,
+            blocker.join("ckpt"),
+            &SaveOptions::new(),
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::Checkpoint(_)), "{err:?}");
+    assert_eq!(std::fs::read(&blocker)?, b"not a directory");
+    Ok(())
+}
