@@ -692,6 +692,89 @@ fn one_rank_saves_and_every_rank_loads(world: &World) -> Check {
     Ok(())
 }
 
+/// Every rank writes one shard of a Hugging Face checkpoint; the checkpoint
+/// then loads on 1, 2, … and all the ranks (sub-communicators of the
+/// world), each rank of a load reading a share, the shares adding up to the
+/// checkpoint's bytes once; a deleted shard is the same error on every
+/// rank, every tree unchanged.
+fn every_rank_writes_a_shard_and_any_number_of_ranks_loads(world: &World) -> Check {
+    use mpi::topology::Color;
+    let s = |e: Error| e.to_string();
+    let dir = shared_dir(world).map_err(s)?.join("shards");
+    let (me, n) = (rank(world), size(world));
+    let m = Model::standard(|i| 1.5 * i as f64);
+    let want = m.values();
+    let mut plan = SyncPlan::new(world, &m.tree, m.scope, &PlanOptions::new()).map_err(s)?;
+    let saved = plan
+        .save_shards(world, &m.tree, &dir, &SaveOptions::new())
+        .map_err(s)?;
+    let writers = ranks_where(world, saved.mine.is_some()).map_err(s)?;
+    let there = dir.join("model.safetensors.index.json").exists();
+    let mut failures = Vec::new();
+    for m_ranks in 1..=n {
+        let color = if me < m_ranks {
+            Color::with_value(0)
+        } else {
+            Color::undefined()
+        };
+        if let Some(sub) = world.split_by_color(color) {
+            let mut t = Model::standard(|i| 100.0 * (me + 1) as f64 + i as f64);
+            let got = SyncPlan::new(&sub, &t.tree, t.scope, &PlanOptions::new())
+                .and_then(|mut p| p.load_shards(&sub, &mut t.tree, &dir));
+            let bytes = got.as_ref().map_or(0, |l| l.bytes);
+            let mut all = vec![0_u8; 8 * m_ranks];
+            Collective::all_gather_bytes(&sub, &bytes.to_le_bytes(), &mut all).map_err(s)?;
+            let total: u64 = all
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+                .sum();
+            if got.is_err() || t.values() != want || total != 92 {
+                failures.push(format!(
+                    "at {m_ranks} rank(s): {got:?}, {:?}, {total} bytes read in all",
+                    t.values()
+                ));
+            }
+        }
+        world.barrier().map_err(s)?;
+    }
+
+    // A deleted shard: every rank reports it, no tree changes.
+    if me == 0 {
+        let _ = std::fs::remove_file(dir.join(&saved.shards[saved.shards.len() - 1]));
+    }
+    world.barrier().map_err(s)?;
+    let mut t = Model::standard(|i| 7.0 + i as f64);
+    let before = t.values();
+    let got = plan.load_shards(world, &mut t.tree, &dir);
+    let message = got
+        .as_ref()
+        .err()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    let same = same_everywhere(world, &message).map_err(s)?;
+    world.barrier().map_err(s)?;
+    if me == 0 {
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
+    }
+    ensure!(world, there, "no index after save_shards");
+    ensure!(
+        world,
+        writers.len() == saved.shards.len() && writers == (0..writers.len()).collect::<Vec<_>>(),
+        "shards {:?} written by ranks {writers:?}",
+        saved.shards
+    );
+    ensure!(world, saved.shards.len() == n.min(5), "{:?}", saved.shards);
+    ensure!(world, failures.is_empty(), "{failures:?}");
+    ensure!(world, got.is_err() && same, "deleted shard: {got:?}");
+    ensure!(
+        world,
+        message.contains(&saved.shards[saved.shards.len() - 1]),
+        "{message}"
+    );
+    ensure!(world, t.values() == before, "a refused load changed values");
+    Ok(())
+}
+
 fn the_steady_state_allocates_nothing_under_mpi(world: &World) -> Check {
     let mut g = Grads::new(rank(world), 100);
     let mut plan = SyncPlan::new(
@@ -1213,6 +1296,10 @@ fn main() -> ExitCode {
         (
             "one_rank_saves_and_every_rank_loads",
             one_rank_saves_and_every_rank_loads,
+        ),
+        (
+            "every_rank_writes_a_shard_and_any_number_of_ranks_loads",
+            every_rank_writes_a_shard_and_any_number_of_ranks_loads,
         ),
         (
             "the_steady_state_allocates_nothing_under_mpi",

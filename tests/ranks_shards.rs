@@ -223,3 +223,50 @@ fn a_directory_that_cannot_be_made_is_an_error_and_writes_nothing() -> R {
     assert_eq!(std::fs::read(&blocker)?, b"not a directory");
     Ok(())
 }
+
+#[test]
+fn the_manager_keeps_the_last_k_and_a_failed_save_leaves_the_previous_latest() -> R {
+    use scopetree::ranks::CheckpointManager;
+    let dir = tempfile::tempdir()?;
+    let (mut tree, scope, vars) = model(1.0)?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, scope, &scratch())?;
+    let manager = CheckpointManager::new(dir.path(), 2)?;
+    assert!(manager.latest()?.is_none());
+    for step in [10, 20, 30] {
+        tree.get_mut::<Vec<f32>>(vars[1])?.fill(step as f32);
+        manager.save(&SingleProcess, &mut plan, &tree, step, &SaveOptions::new())?;
+    }
+    assert_eq!(manager.steps()?, [20, 30]);
+    assert_eq!(manager.latest()?.map(|(s, _)| s), Some(30));
+
+    // A save that cannot write (its directory is a file) fails, and the
+    // pointer still names step 30, which loads.
+    std::fs::write(manager.step_dir(40), b"in the way")?;
+    tree.get_mut::<Vec<f32>>(vars[1])?.fill(40.0);
+    let err = manager
+        .save(&SingleProcess, &mut plan, &tree, 40, &SaveOptions::new())
+        .unwrap_err();
+    assert!(matches!(err, Error::Checkpoint(_)), "{err:?}");
+    assert_eq!(manager.latest()?.map(|(s, _)| s), Some(30));
+    let (step, _) = manager
+        .load_latest(&SingleProcess, &mut plan, &mut tree)?
+        .ok_or("a checkpoint")?;
+    assert_eq!(step, 30);
+    assert_eq!(tree.get::<Vec<f32>>(vars[1])?, &[30.0; 3]);
+
+    // A save stopped before its index (a shard, no index) is left out of
+    // the steps, and the next save removes it with the old ones.
+    std::fs::remove_file(manager.step_dir(40))?;
+    std::fs::create_dir(manager.step_dir(35))?;
+    std::fs::write(
+        manager
+            .step_dir(35)
+            .join("model-00001-of-00001.safetensors"),
+        b"torn",
+    )?;
+    assert_eq!(manager.steps()?, [20, 30]);
+    manager.save(&SingleProcess, &mut plan, &tree, 50, &SaveOptions::new())?;
+    assert_eq!(manager.steps()?, [30, 50]);
+    assert!(!manager.step_dir(35).exists() && !manager.step_dir(20).exists());
+    Ok(())
+}

@@ -53,6 +53,7 @@
 //! | `zero.rs` | [`SyncPlan`]'s partitioned exchange (ZeRO stage 1) |
 //! | `checkpoint.rs` | [`SyncPlan`]'s checkpoints on one rank: `save_on_root`, `load_on_all` |
 //! | `shards.rs` | [`SyncPlan`]'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
+//! | `manager.rs` | [`CheckpointManager`]: a step per directory, the latest pointer, keep-last-K |
 //! | `candle.rs` | `CandlePlan` (feature `candle`) |
 //!
 //! Synchronised values are `Vec`, `Box<[_]>` and
@@ -96,6 +97,7 @@ mod checksum;
 mod collective;
 mod consistency;
 mod error;
+mod manager;
 mod manifest;
 #[cfg(feature = "mpi")]
 mod mpi;
@@ -111,6 +113,7 @@ mod zero;
 pub use candle::CandlePlan;
 pub use collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};
 pub use error::Error;
+pub use manager::{CheckpointManager, LATEST_FILE};
 pub use manifest::{Manifest, ManifestEntry};
 pub use options::{DEFAULT_BUCKET_BYTES, PlanOptions, Reduce};
 pub use partition::{Partition, Piece};
