@@ -134,9 +134,9 @@ impl PlanOptions {
     /// passed ends the process, after one line on stderr that names the
     /// rank, the call, the scope and the step (see [`Watch`](super::Watch)),
     /// so that `mpirun` ends the job instead of hanging on a stalled rank.
-    /// It covers the whole call, the local work included (a root's write in
-    /// [`SyncPlan::save_on_root`] while the other ranks wait): set it above
-    /// the longest such call. A timeout of zero is
+    /// It covers the whole call, the local work included (a root's write
+    /// in [`save_on_root`](super::SyncPlan::save_on_root) while the other
+    /// ranks wait): set it above the longest such call. A timeout of zero is
     /// [`Error::BadOption`](super::Error::BadOption) when the plan is built.
     /// O(1).
     ///
