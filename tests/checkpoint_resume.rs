@@ -32,6 +32,7 @@ fn config() -> Config {
         seed: 5,
         eval_seqs: 16,
         zero: false,
+        timeout: Some(scopetree::ranks::DEFAULT_TIMEOUT),
     }
 }
 

@@ -852,6 +852,7 @@ fn train_rnn_across_ranks_matches_one_process(world: &World) -> Check {
         seed: 5,
         eval_seqs: 16,
         zero: false,
+        timeout: Some(scopetree::ranks::DEFAULT_TIMEOUT),
     };
     let e = |e: model::Error| e.to_string();
     let mut ranked = model::Trainer::with_world(cfg(1), Box::new(world.duplicate())).map_err(e)?;
@@ -1070,6 +1071,7 @@ fn train_rnn_zero_matches_the_replicated_mode(world: &World) -> Check {
         seed: 5,
         eval_seqs: 16,
         zero,
+        timeout: Some(scopetree::ranks::DEFAULT_TIMEOUT),
     };
     let e = |e: model::Error| e.to_string();
     let mut rep = model::Trainer::with_world(cfg(false), Box::new(world.duplicate())).map_err(e)?;

@@ -24,6 +24,7 @@ fn short_config(workers: usize) -> Config {
         seed: 11,
         eval_seqs: 128,
         zero: false,
+        timeout: Some(scopetree::ranks::DEFAULT_TIMEOUT),
     }
 }
 

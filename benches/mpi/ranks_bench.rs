@@ -12,7 +12,11 @@
 //!   one raw `MPI_Allreduce` of a flat buffer of the same bytes, and against
 //!   raw `MPI_Allreduce`s of that buffer in chunks of the bucket's size;
 //! - the consistency digest's cost per MB (local hashing, and the whole
-//!   check with its all-gathers).
+//!   check with its all-gathers);
+//! - the watchdog's cost: [`SyncPlan::all_reduce`] of 1 MB (one tensor)
+//!   with the default timeout against the same without a timeout
+//!   (`PlanOptions::without_timeout`), in batches of 20 calls, `10 × REPS`
+//!   batches each, taking turns.
 //!
 //! Each figure is the median of `REPS` rounds (9 by default), after one
 //! warm-up round; within a round the variants take turns, so that load from
@@ -174,6 +178,45 @@ fn main() {
             local * 1e3,
             local * 1e3 / mb as f64,
             check * 1e3
+        );
+    }
+
+    // The watchdog's cost: a 1 MB all-reduce with the default timeout (the
+    // call watched) and without one, in batches of 20 calls taking turns.
+    let (mut small, one_mb) = gradients(250_000, 1);
+    let mut watched = SyncPlan::new(&world, &small, one_mb, &PlanOptions::new()).unwrap();
+    let opts = PlanOptions::new().without_timeout();
+    let mut unwatched = SyncPlan::new(&world, &small, one_mb, &opts).unwrap();
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for round in 0..=10 * reps {
+        let mut batch = |plan: &mut SyncPlan| {
+            once(&world, || {
+                for _ in 0..20 {
+                    plan.all_reduce(&world, &mut small, Reduce::Sum).unwrap();
+                }
+            }) / 20.0
+        };
+        let (w, u) = if round % 2 == 0 {
+            let w = batch(&mut watched);
+            (w, batch(&mut unwatched))
+        } else {
+            let u = batch(&mut unwatched);
+            (batch(&mut watched), u)
+        };
+        if round > 0 {
+            with.push(w);
+            without.push(u);
+        }
+    }
+    if me {
+        let (w, u) = (median(with), median(without));
+        println!(
+            "SyncPlan::all_reduce of 1 MB: {:.1} µs with the watchdog (default timeout), {:.1} µs \
+             without a timeout ({:+.2} %); median of {} batches of 20 calls",
+            w * 1e6,
+            u * 1e6,
+            (w / u - 1.0) * 100.0,
+            10 * reps
         );
     }
 }

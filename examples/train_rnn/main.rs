@@ -39,20 +39,26 @@
 //! parameters, reduced gradients and optimiser state). Checkpoints leave
 //! the gradients out (they are the plans' scratch, `PlanOptions::scratch`),
 //! so both modes write the same file for the same state.
+//!
+//! `--timeout SECS` (600 by default, 0 for none) is the longest any
+//! collective call may wait: a rank still waiting then (another rank
+//! stalled or died) prints the call, the scope and the update it waited in,
+//! and exits with status 3, which ends the `mpirun` job
+//! (`scopetree::ranks::Watch`).
 
 mod model;
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use model::{Config, Task, Trainer};
 use scopetree::ranks::Collective;
 
 const USAGE: &str = "usage: train_rnn [--seq-len N] [--hidden N] [--epochs N] [--workers N] \
 [--seed N] [--task echo|echoN|sum] [--tokens N] [--batch N] [--updates N] [--lr X] [--eval-seqs N] \
-[--save PATH] [--save-every N] [--resume PATH] [--zero]";
+[--save PATH] [--save-every N] [--resume PATH] [--zero] [--timeout SECS]";
 
 /// Checkpoint paths from `--save` and `--resume`, and `--save-every`.
 #[derive(Default)]
@@ -104,6 +110,14 @@ fn parse_args() -> Result<(Config, Checkpoints), String> {
             "--save" => ckpt.save = Some(PathBuf::from(value)),
             "--save-every" => ckpt.every = Some(int()?),
             "--resume" => ckpt.resume = Some(PathBuf::from(value)),
+            "--timeout" => {
+                let secs: f64 = value.parse().map_err(|e| bad(&e))?;
+                cfg.timeout = match Duration::try_from_secs_f64(secs) {
+                    Ok(Duration::ZERO) => None,
+                    Ok(t) => Some(t),
+                    Err(e) => return Err(bad(&e)),
+                };
+            }
             _ => return Err(format!("unknown flag {flag}\n{USAGE}")),
         }
     }

@@ -28,9 +28,11 @@
 //! checkpoints are saved by rank 0 and loaded by every rank.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 use scopetree::checkpoint::SaveOptions;
-use scopetree::ranks::{self, Collective, PlanOptions, Reduce, SingleProcess, SyncPlan};
+use scopetree::ranks::{self, Collective, PlanOptions, Reduce, SingleProcess, SyncPlan, Watch};
 use scopetree::{ScopeId, ScopeTree, StepScopes, StepVar, VarId, WorkerScope};
 
 /// The trainer's error: whichever layer failed (the tree's `Error`, the step
@@ -72,6 +74,20 @@ fn param_key(key: &str) -> bool {
 /// The Adam moments, under `optim`.
 fn moment_key(key: &str) -> bool {
     key.starts_with("optim/") && (key.ends_with("@M") || key.ends_with("@V"))
+}
+
+/// Watches an all-reduce of `of` made straight on `world` (not through a
+/// plan) with the plans' `timeout`, until the guard drops.
+fn watch(world: &dyn Collective, of: &str, timeout: Option<Duration>) -> Watch {
+    Watch::arm(world.rank(), "all-reduce", &Arc::from(of), timeout)
+}
+
+/// The plans' options: `cfg`'s timeout.
+fn plan_options(cfg: &Config) -> PlanOptions {
+    match cfg.timeout {
+        Some(t) => PlanOptions::new().timeout(t),
+        None => PlanOptions::new().without_timeout(),
+    }
 }
 
 /// The piece of each parameter (in `PARAMS` order) whose Adam step `rank`
@@ -139,6 +155,9 @@ pub struct Config {
     /// the parameters only (`ranks::Partition`), the gradients are
     /// reduce-scattered and the parameters all-gathered.
     pub zero: bool,
+    /// The longest any collective call may wait (`--timeout`; `None`: no
+    /// limit): past it, the watchdog ends the process (`ranks::Watch`).
+    pub timeout: Option<Duration>,
 }
 
 impl Default for Config {
@@ -156,6 +175,7 @@ impl Default for Config {
             seed: 7,
             eval_seqs: 512,
             zero: false,
+            timeout: Some(ranks::DEFAULT_TIMEOUT),
         }
     }
 }
@@ -486,10 +506,10 @@ impl Trainer {
             &*world,
             &tree,
             optim,
-            &PlanOptions::new().filter(|key| key.ends_with("@GRAD")),
+            &plan_options(&cfg).filter(|key| key.ends_with("@GRAD")),
         )?;
         let param_plan =
-            SyncPlan::new(&*world, &tree, root, &PlanOptions::new().filter(param_key))?;
+            SyncPlan::new(&*world, &tree, root, &plan_options(&cfg).filter(param_key))?;
         let shard = shards(&grad_plan, &param_plan, rank, cfg.zero)?;
         // The Adam moments, of this rank's pieces only.
         let (mut adam_m, mut adam_v) = ([None; 5], [None; 5]);
@@ -505,7 +525,7 @@ impl Trainer {
         } else {
             replicated_key
         };
-        let state_opts = PlanOptions::new().filter(state_key).scratch(gradient_key);
+        let state_opts = plan_options(&cfg).filter(state_key).scratch(gradient_key);
         let mut state_plan = SyncPlan::new(&*world, &tree, root, &state_opts)?;
         state_plan.broadcast(&*world, &mut tree, 0)?;
         Ok(Trainer {
@@ -536,6 +556,7 @@ impl Trainer {
     pub fn global_stats(&self, stats: Stats) -> Result<Stats, ranks::Error> {
         let mine = [stats.loss, stats.correct as f64, stats.tokens as f64];
         let mut all = [0.0_f64; 3];
+        let _watch = watch(&*self.world, "the loss and accuracy", self.cfg.timeout);
         self.world.all_reduce_sum_f64(&mine, &mut all)?;
         Ok(Stats {
             loss: all[0],
@@ -590,7 +611,7 @@ impl Trainer {
                 &*t.world,
                 &t.tree,
                 t.tree.root(),
-                &PlanOptions::new().filter(checkpoint_key),
+                &plan_options(&t.cfg).filter(checkpoint_key),
             )?;
             full.save_on_root(&*t.world, &t.tree, path, 0, &SaveOptions::new())?;
             Ok(())
@@ -629,7 +650,7 @@ impl Trainer {
                     &*self.world,
                     &self.tree,
                     self.optim,
-                    &PlanOptions::new().filter(move |k| k.ends_with(suffix)),
+                    &plan_options(&self.cfg).filter(move |k| k.ends_with(suffix)),
                 )?;
                 if plan.partition() != self.grad_plan.partition() {
                     return Err("the moments are partitioned unlike the gradients".into());
@@ -680,6 +701,7 @@ impl Trainer {
         let mut mine = vec![0.0_f64; n];
         mine[self.world.rank()] = self.moment_bytes()? as f64;
         let mut all = vec![0.0_f64; n];
+        let _watch = watch(&*self.world, "the moments' sizes", self.cfg.timeout);
         self.world.all_reduce_sum_f64(&mine, &mut all)?;
         Ok(all.into_iter().map(|b| b as usize).collect())
     }
@@ -706,7 +728,7 @@ impl Trainer {
                 &*t.world,
                 &t.tree,
                 root,
-                &PlanOptions::new().filter(moment_key),
+                &plan_options(&t.cfg).filter(moment_key),
             )?;
             let d = plan.digest(&t.tree)?;
             Ok(d.iter().map(|b| format!("{b:02x}")).collect())
@@ -759,7 +781,7 @@ impl Trainer {
                     &*t.world,
                     &t.tree,
                     t.tree.root(),
-                    &PlanOptions::new().filter(checkpoint_key),
+                    &plan_options(&t.cfg).filter(checkpoint_key),
                 )?;
                 full.load_on_all(&*t.world, &mut t.tree, path)?;
                 Ok(())
@@ -785,6 +807,8 @@ impl Trainer {
     /// # Errors
     /// Only on a bug in the model code (a tree misuse).
     pub fn train_update(&mut self) -> Result<Stats, Error> {
+        // The update being made, from 1: the step a stalled call names.
+        Watch::set_step(self.updates + 1);
         let cfg = &self.cfg;
         // Structure, on the whole tree: a fresh sequence of T step scopes per
         // worker. Handles from the previous update go stale here.
@@ -843,6 +867,7 @@ impl Trainer {
         }
         if self.cfg.zero {
             let mine = parts;
+            let _watch = watch(&*self.world, "the gradients' norms", self.cfg.timeout);
             self.world.all_reduce_sum_f32(&mine, &mut parts)?;
         }
         for part in parts {

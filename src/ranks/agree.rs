@@ -101,6 +101,12 @@ pub(super) fn start<C: Collective + ?Sized, T>(
                      (the default is 25 MiB)"
                 .into(),
         })
+    } else if opts.timeout == Some(std::time::Duration::ZERO) {
+        Err(Error::BadOption {
+            reason: "a timeout of zero; pass a positive timeout, or \
+                     PlanOptions::without_timeout (the default is 10 minutes)"
+                .into(),
+        })
     } else {
         local
     };

@@ -5,6 +5,8 @@
 //! agreement of the tree plans.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor, Var};
@@ -19,6 +21,7 @@ use super::error::Error;
 use super::manifest::{Manifest, ManifestEntry};
 use super::options::{PlanOptions, Reduce};
 use super::values::Values;
+use super::watchdog::Watch;
 use crate::candle::CandleStore;
 use crate::checkpoint::{self, Dtype, LoadOptions, LoadReport, SaveReport};
 
@@ -41,6 +44,8 @@ const CANDLE_FLOATS: &str = "the ranks layer synchronises candle variables of F3
 /// rebuilding the model. Every call is a collective call: every rank makes
 /// it, in the same order. Variables must be `F32` or `F64`; those on another
 /// device than the CPU are copied through the host (only the CPU was tested).
+/// Every call is watched with the plan's [timeout](PlanOptions::timeout), as
+/// [`SyncPlan`](super::SyncPlan)'s (see [`Watch`]).
 ///
 /// ```
 /// use candle_core::{DType, Device, Module, Tensor};
@@ -82,6 +87,9 @@ pub struct CandlePlan {
     /// How many ranks hold a gradient of each variable: sent, and summed.
     present: Vec<f64>,
     present_sum: Vec<f64>,
+    /// What the watchdog names, and the calls' timeout.
+    watched: Arc<str>,
+    timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for CandlePlan {
@@ -223,6 +231,8 @@ impl CandlePlan {
         store: &CandleStore,
         opts: &PlanOptions,
     ) -> Result<Self, Error> {
+        let watched: Arc<str> = "the candle store's trainable variables".into();
+        let _watch = Watch::arm(comm.rank(), "building the plan", &watched, opts.timeout);
         let local = Self::bind(store, opts);
         let ((manifest, vars), gathered) = start(comm, opts, local, |(m, _)| m)?;
         let nbytes: Vec<usize> = vars
@@ -248,7 +258,15 @@ impl CandlePlan {
             vars,
             nbytes,
             gathered,
+            watched,
+            timeout: opts.timeout,
         })
+    }
+
+    /// Watches the collective call `op` of this plan on `comm`'s rank, with
+    /// the plan's timeout, until the returned guard drops. O(1).
+    fn watch<C: Collective + ?Sized>(&self, comm: &C, op: &'static str) -> Watch {
+        Watch::arm(comm.rank(), op, &self.watched, self.timeout)
     }
 
     /// The manifest of the store's trainable variables that `opts` keeps,
@@ -361,6 +379,7 @@ impl CandlePlan {
         comm: &C,
         root: usize,
     ) -> Result<(), Error> {
+        let _watch = self.watch(comm, "broadcast");
         let me = comm.rank() == root;
         let local = check_root(root, comm.size()).and_then(|()| {
             self.sources.clear();
@@ -450,6 +469,7 @@ impl CandlePlan {
         grads: &mut GradStore,
         op: Reduce,
     ) -> Result<(), Error> {
+        let _watch = self.watch(comm, "all-reduce");
         let local = self.gradients(grads);
         let done = settle(
             comm,
@@ -581,6 +601,7 @@ impl CandlePlan {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn check_consistency<C: Collective + ?Sized>(&mut self, comm: &C) -> Result<(), Error> {
+        let _watch = self.watch(comm, "consistency check");
         let local = self.digest();
         compare_values(
             comm,
@@ -624,6 +645,7 @@ impl CandlePlan {
         path: impl AsRef<Path>,
         root: usize,
     ) -> Result<Option<SaveReport>, Error> {
+        let _watch = self.watch(comm, "saving the checkpoint");
         let mut gathered = vec![[0_u8; super::DIGEST_BYTES]; comm.size()];
         let same: Same = ("roots", root as u64, show_count);
         let checked = check_root(root, comm.size());
@@ -675,6 +697,7 @@ impl CandlePlan {
         store: &CandleStore,
         path: impl AsRef<Path>,
     ) -> Result<LoadReport, Error> {
+        let _watch = self.watch(comm, "loading the checkpoint");
         let path = path.as_ref();
         let checked = check_file(store, path);
         settle(

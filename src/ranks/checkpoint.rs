@@ -51,6 +51,7 @@ impl SyncPlan {
         root: usize,
         opts: &SaveOptions,
     ) -> Result<Option<SaveReport>, Error> {
+        let _watch = self.watch(comm, "saving the checkpoint");
         let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
         // Every rank agrees on the root before one of them saves.
         let same: Same = ("roots", root as u64, show_count);
@@ -121,6 +122,7 @@ impl SyncPlan {
         tree: &mut ScopeTree,
         path: impl AsRef<Path>,
     ) -> Result<LoadReport, Error> {
+        let _watch = self.watch(comm, "loading the checkpoint");
         let path = path.as_ref();
         let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
         let checked = self.check_file(path);

@@ -169,7 +169,7 @@ pub enum Error {
         reason: String,
     },
 
-    /// A bad option (a bucket of zero bytes).
+    /// A bad option (a bucket of zero bytes, a timeout of zero).
     #[error("bad option: {reason}")]
     BadOption {
         /// What is wrong, and what to pass instead.

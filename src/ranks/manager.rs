@@ -214,6 +214,7 @@ impl CheckpointManager {
         step: u64,
         opts: &SaveOptions,
     ) -> Result<ShardedSave, Error> {
+        let _watch = plan.watch(comm, "saving a managed checkpoint");
         let dir = self.step_dir(step);
         let saved = plan.save_shards(comm, tree, &dir, opts)?;
         let pointed = if comm.rank() == 0 {
@@ -283,6 +284,7 @@ impl CheckpointManager {
         plan: &mut SyncPlan,
         tree: &mut ScopeTree,
     ) -> Result<Option<(u64, ShardedLoad)>, Error> {
+        let _watch = plan.watch(comm, "loading the latest checkpoint");
         let latest = self.latest();
         let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
         let latest = settle(

@@ -30,6 +30,12 @@
 //!   rank holds the reduced values of its slice, and
 //!   [`all_gather`](SyncPlan::all_gather)s the parameters once each rank
 //!   stepped its slice.
+//! - [`Watch`]: the watchdog. Every collective call of a plan is watched
+//!   with the plan's [timeout](PlanOptions::timeout) (10 minutes by
+//!   default, as NCCL's watchdog): a rank still waiting when it has passed
+//!   prints which call it waited in, the scope, the step
+//!   ([`Watch::set_step`]) and how long, and exits with
+//!   [`STALL_EXIT_CODE`], so that `mpirun` ends the job.
 //!
 //! The files, from the bottom up (each imports only files above it in
 //! this list):
@@ -37,6 +43,7 @@
 //! | file | role |
 //! |---|---|
 //! | `error.rs` | [`Error`], the layer's errors |
+//! | `watchdog.rs` | [`Watch`]: a rank that waits too long in a collective call ends its process |
 //! | `collective.rs` | [`Collective`], [`SingleProcess`], [`Digest`] |
 //! | `checksum.rs` | the checksums ranks compare (xxh3-128) |
 //! | `mpi.rs` | [`Collective`] for MPI's communicator (feature `mpi`) |
@@ -107,6 +114,7 @@ mod plan;
 mod scatter;
 mod shards;
 mod values;
+mod watchdog;
 mod zero;
 
 #[cfg(feature = "candle")]
@@ -119,3 +127,4 @@ pub use options::{DEFAULT_BUCKET_BYTES, PlanOptions, Reduce};
 pub use partition::{Partition, Piece};
 pub use plan::SyncPlan;
 pub use shards::{ShardedLoad, ShardedSave};
+pub use watchdog::{DEFAULT_TIMEOUT, STALL_EXIT_CODE, Watch};

@@ -1,6 +1,10 @@
 //! What every rank passes to a plan: the bucket size, the filter of the
-//! plan's variables, and how gradients are combined ([`Reduce`]).
+//! plan's variables, the timeout of its calls, and how gradients are
+//! combined ([`Reduce`]).
 
+use std::time::Duration;
+
+use super::watchdog::DEFAULT_TIMEOUT;
 use crate::checkpoint::Filter;
 
 /// The default bucket size: 25 MiB, as PyTorch's DDP.
@@ -39,6 +43,7 @@ pub struct PlanOptions {
     pub(super) bucket_bytes: usize,
     pub(super) filter: Option<Filter>,
     pub(super) scratch: Option<Filter>,
+    pub(super) timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for PlanOptions {
@@ -47,6 +52,7 @@ impl std::fmt::Debug for PlanOptions {
             .field("bucket_bytes", &self.bucket_bytes)
             .field("filter", &self.filter.is_some())
             .field("scratch", &self.scratch.is_some())
+            .field("timeout", &self.timeout)
             .finish()
     }
 }
@@ -58,7 +64,8 @@ impl Default for PlanOptions {
 }
 
 impl PlanOptions {
-    /// Buckets of [`DEFAULT_BUCKET_BYTES`]. O(1).
+    /// Buckets of [`DEFAULT_BUCKET_BYTES`], calls watched with a timeout of
+    /// [`DEFAULT_TIMEOUT`]. O(1).
     ///
     /// ```
     /// let _ = scopetree::ranks::PlanOptions::new();
@@ -68,6 +75,7 @@ impl PlanOptions {
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             filter: None,
             scratch: None,
+            timeout: Some(DEFAULT_TIMEOUT),
         }
     }
 
@@ -157,6 +165,54 @@ impl PlanOptions {
     /// ```
     pub fn bucket_bytes_value(&self) -> usize {
         self.bucket_bytes
+    }
+
+    /// The longest a collective call of the plan may take (default
+    /// [`DEFAULT_TIMEOUT`], 10 minutes): a call still running when it has
+    /// passed ends the process, after one line on stderr that names the
+    /// rank, the call, the scope and the step (see [`Watch`](super::Watch)),
+    /// so that `mpirun` ends the job instead of hanging on a stalled rank.
+    /// It covers the whole call, the local work included (a root's write
+    /// in [`save_on_root`](super::SyncPlan::save_on_root) while the other
+    /// ranks wait): set it above the longest such call. A timeout of zero is
+    /// [`Error::BadOption`](super::Error::BadOption) when the plan is built.
+    /// O(1).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use scopetree::ranks::{DEFAULT_TIMEOUT, PlanOptions};
+    /// assert_eq!(PlanOptions::new().timeout_value(), Some(DEFAULT_TIMEOUT));
+    /// let o = PlanOptions::new().timeout(Duration::from_secs(30));
+    /// assert_eq!(o.timeout_value(), Some(Duration::from_secs(30)));
+    /// ```
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// No timeout: the plan's calls wait as long as MPI does (for ever,
+    /// when a rank stalls). O(1).
+    ///
+    /// ```
+    /// let o = scopetree::ranks::PlanOptions::new().without_timeout();
+    /// assert_eq!(o.timeout_value(), None);
+    /// ```
+    #[must_use]
+    pub fn without_timeout(mut self) -> Self {
+        self.timeout = None;
+        self
+    }
+
+    /// The timeout set, `None` without one. O(1).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let o = scopetree::ranks::PlanOptions::new().timeout(Duration::from_millis(1500));
+    /// assert_eq!(o.timeout_value(), Some(Duration::from_millis(1500)));
+    /// ```
+    pub fn timeout_value(&self) -> Option<Duration> {
+        self.timeout
     }
 
     /// Whether the plan keeps the variable `key` (no filter keeps all). O(filter).

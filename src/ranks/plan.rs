@@ -1,6 +1,10 @@
 //! [`SyncPlan`]: the variables of one scope, agreed between ranks once,
 //! then broadcast, all-reduced in buckets and checked by digest as often as
-//! needed, with every buffer reused.
+//! needed, with every buffer reused. Every collective call is watched by
+//! the watchdog with the plan's timeout.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::access::FLOATS;
 use super::agree::{Same, settle, show_count, start};
@@ -14,6 +18,7 @@ use super::options::{PlanOptions, Reduce};
 use super::partition::Partition;
 use super::scatter::ZeroBuffers;
 use super::values::{InTree, Slot};
+use super::watchdog::Watch;
 use crate::checkpoint::{Dtype, Filter};
 use crate::sharing::VariableStore;
 use crate::{ScopeId, ScopeTree};
@@ -35,6 +40,10 @@ use crate::{ScopeId, ScopeTree};
 /// the arguments every rank must pass alike (bucket size, root, reduction);
 /// so a rank whose tree changed, or that passed another root, makes every
 /// rank return an error instead of hanging in a collective.
+///
+/// Every call is watched with the plan's [timeout](PlanOptions::timeout)
+/// (10 minutes by default): a rank still waiting in it then ends its
+/// process (see [`Watch`]).
 ///
 /// Values are sent as their native bytes: ranks must share the byte order
 /// (every MPI cluster in practice does).
@@ -73,6 +82,9 @@ pub struct SyncPlan {
     digests: Vec<VarHash>,
     /// One digest per rank, for status exchanges and checks.
     gathered: Vec<Digest>,
+    /// What the watchdog names (``scope `optim` ``), and the calls' timeout.
+    watched: Arc<str>,
+    timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for SyncPlan {
@@ -149,6 +161,8 @@ impl SyncPlan {
         opts: &PlanOptions,
         bound: Result<Bound, Error>,
     ) -> Result<Self, Error> {
+        let watched = watched(bound.as_ref().map_or("", |b| b.manifest.scope()));
+        let _watch = Watch::arm(comm.rank(), "building the plan", &watched, opts.timeout);
         let (bound, gathered) = start(comm, opts, bound, |b| &b.manifest)?;
         let slots: Vec<Slot> = bound
             .vars
@@ -177,7 +191,15 @@ impl SyncPlan {
             scratch: opts.scratch.clone(),
             slots,
             gathered,
+            watched,
+            timeout: opts.timeout,
         })
+    }
+
+    /// Watches the collective call `op` of this plan on `comm`'s rank, with
+    /// the plan's timeout, until the returned guard drops. O(1).
+    pub(super) fn watch<C: Collective + ?Sized>(&self, comm: &C, op: &'static str) -> Watch {
+        Watch::arm(comm.rank(), op, &self.watched, self.timeout)
     }
 
     /// The manifest the ranks agreed on. O(1).
@@ -313,6 +335,7 @@ impl SyncPlan {
         tree: &mut ScopeTree,
         root: usize,
     ) -> Result<(), Error> {
+        let _watch = self.watch(comm, "broadcast");
         let same: Same = ("roots", root as u64, show_count);
         self.check_slots(comm, tree, "broadcast", check_root(root, comm.size()), same)?;
         let slots = &self.slots;
@@ -364,6 +387,7 @@ impl SyncPlan {
         tree: &mut ScopeTree,
         op: Reduce,
     ) -> Result<(), Error> {
+        let _watch = self.watch(comm, "all-reduce");
         self.require_floats(tree)?;
         self.check_slots(comm, tree, "all-reduce", Ok(()), op.same())?;
         let slots = &self.slots;
@@ -451,6 +475,7 @@ impl SyncPlan {
         comm: &C,
         tree: &ScopeTree,
     ) -> Result<(), Error> {
+        let _watch = self.watch(comm, "consistency check");
         let local = self.digest(tree);
         compare_values(
             comm,
@@ -459,5 +484,14 @@ impl SyncPlan {
             &self.manifest,
             local,
         )
+    }
+}
+
+/// What the watchdog names for a plan of the scope at `path`.
+fn watched(path: &str) -> Arc<str> {
+    if path.is_empty() {
+        "the root scope".into()
+    } else {
+        format!("scope `{path}`").into()
     }
 }

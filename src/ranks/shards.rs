@@ -214,6 +214,7 @@ impl SyncPlan {
         dir: impl AsRef<Path>,
         opts: &SaveOptions,
     ) -> Result<ShardedSave, Error> {
+        let _watch = self.watch(comm, "saving the shards");
         let dir = dir.as_ref();
         let floats: Same = (
             "float dtypes",
@@ -341,6 +342,7 @@ impl SyncPlan {
         tree: &mut ScopeTree,
         dir: impl AsRef<Path>,
     ) -> Result<ShardedLoad, Error> {
+        let _watch = self.watch(comm, "loading the shards");
         let dir = dir.as_ref();
         let checked = self.check_file(dir);
         self.check_slots(comm, tree, "checking the shards", checked, no_argument())?;

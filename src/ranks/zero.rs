@@ -71,6 +71,7 @@ impl SyncPlan {
         tree: &mut ScopeTree,
         op: Reduce,
     ) -> Result<(), Error> {
+        let _watch = self.watch(comm, "reduce-scatter");
         self.require_floats(tree)?;
         self.check_slots(comm, tree, "reduce-scatter", Ok(()), op.same())?;
         let (part, slots) = (&self.partition, &self.slots[..]);
@@ -106,6 +107,7 @@ impl SyncPlan {
         comm: &C,
         tree: &mut ScopeTree,
     ) -> Result<(), Error> {
+        let _watch = self.watch(comm, "all-gather");
         let part = &self.partition;
         let block = (0..part.ranks()).map(|r| part.bytes(r)).max().unwrap_or(0);
         let same: Same = ("slice sizes", block as u64, show_count);
