@@ -5,12 +5,10 @@ use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use super::error::{Error, Mismatch};
+use super::float_convert::{convert_floats, is_convertible_float};
 use super::header::FileTensor;
 use super::source::{Part, open};
-use super::tensor::{
-    Checkpointable, Codec, Dtype, FloatDtype, Old, Source, Types, convert_floats, default_codec,
-    is_convertible_float,
-};
+use super::tensor::{Checkpointable, Codec, Dtype, FloatDtype, Old, Source, Types, default_codec};
 use super::{Filter, Separator, walk};
 use crate::{ScopeId, ScopeTree, VarId, short};
 use rustc_hash::FxHashMap;
@@ -32,7 +30,8 @@ pub enum DtypePolicy {
     #[default]
     Exact,
     /// Float dtypes (`F16`, `BF16`, `F32`, `F64`) convert to the variable's
-    /// float dtype, rounding to nearest; any other difference is a mismatch.
+    /// float dtype, rounding to nearest, ties to even; any other difference
+    /// is a mismatch.
     Convert,
 }
 
@@ -242,7 +241,8 @@ impl LoadOptions {
     /// `dtype` instead of the file's dtype: a `BF16` or `F16` checkpoint
     /// loads into `f32` values with `create_floats_as(FloatDtype::F32)`.
     /// Values that already exist convert under [`DtypePolicy::Convert`].
-    /// Rounds to nearest; non-float tensors keep their dtype. O(1).
+    /// Rounds to nearest, ties to even; non-float tensors keep their dtype.
+    /// O(1).
     ///
     /// ```
     /// use scopetree::checkpoint::{FloatDtype, LoadOptions};

@@ -49,6 +49,7 @@
 //! ```
 
 mod error;
+mod float_convert;
 mod header;
 mod index;
 mod load;

@@ -792,47 +792,6 @@ pub(crate) fn default_codec(dtype: Dtype, shaped: bool) -> Option<Codec> {
           U8 => u8, U16 => u16, U32 => u32, U64 => u64, BOOL => bool, F16 => f16, BF16 => bf16)
 }
 
-/// Whether `d` is a float dtype the convert policy handles.
-pub(crate) fn is_convertible_float(d: Dtype) -> bool {
-    matches!(d, Dtype::F16 | Dtype::BF16 | Dtype::F32 | Dtype::F64)
-}
-
-/// Converts little-endian float bytes between `F16`, `BF16`, `F32` and
-/// `F64` (rounding to nearest). O(len).
-pub(crate) fn convert_floats(from: Dtype, to: Dtype, bytes: &[u8]) -> Vec<u8> {
-    let vals: Vec<f64> = match from {
-        Dtype::F16 => f16::vec_from_le_bytes(bytes)
-            .into_iter()
-            .map(f64::from)
-            .collect(),
-        Dtype::BF16 => bf16::vec_from_le_bytes(bytes)
-            .into_iter()
-            .map(f64::from)
-            .collect(),
-        Dtype::F32 => f32::vec_from_le_bytes(bytes)
-            .into_iter()
-            .map(f64::from)
-            .collect(),
-        _ => f64::vec_from_le_bytes(bytes),
-    };
-    match to {
-        Dtype::F16 => vals
-            .iter()
-            .flat_map(|&v| f16::from_f64(v).to_le_bytes())
-            .collect(),
-        Dtype::BF16 => vals
-            .iter()
-            .flat_map(|&v| bf16::from_f64(v).to_le_bytes())
-            .collect(),
-        #[allow(clippy::cast_possible_truncation)]
-        Dtype::F32 => vals
-            .iter()
-            .flat_map(|&v| (v as f32).to_le_bytes())
-            .collect(),
-        _ => vals.iter().flat_map(|&v| v.to_le_bytes()).collect(),
-    }
-}
-
 /// A [`Tensor`] can be a [`VariableStore`](crate::sharing::VariableStore)
 /// variable: its shape is checked on creation and reuse like any other.
 ///
