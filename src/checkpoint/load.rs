@@ -4,11 +4,14 @@ use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
+use super::checkpointable::Checkpointable;
+use super::codec::{Codec, Old, Source};
+use super::dtype::{Dtype, FloatDtype};
 use super::error::{Error, Mismatch};
 use super::float_convert::{convert_floats, is_convertible_float};
 use super::header::FileTensor;
+use super::known_types::{Types, default_codec};
 use super::source::{Part, open};
-use super::tensor::{Checkpointable, Codec, Dtype, FloatDtype, Old, Source, Types, default_codec};
 use super::{Filter, Separator, walk};
 use crate::{ScopeId, ScopeTree, VarId, short};
 use rustc_hash::FxHashMap;

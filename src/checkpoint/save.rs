@@ -6,10 +6,12 @@ use std::path::Path;
 
 use safetensors::View;
 
+use super::checkpointable::Checkpointable;
+use super::dtype::{Dtype, FloatDtype};
 use super::error::{Error, NotTensor};
 use super::float_convert::{convert_floats, is_convertible_float};
 use super::index::{INDEX_FILE, SAVE_ID, index_json, read_index, shard_name};
-use super::tensor::{Checkpointable, Dtype, FloatDtype, Types};
+use super::known_types::Types;
 use super::{Filter, Separator, walk};
 use crate::{ScopeId, ScopeTree, VarId};
 
