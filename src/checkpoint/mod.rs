@@ -37,7 +37,7 @@
 //! | `index` | a sharded checkpoint's index |
 //! | `source` | opening a checkpoint: a file, an index or a directory |
 //! | `save` | [`SaveOptions`], [`SaveReport`], writing files and shards |
-//! | `load` | [`LoadOptions`], [`DtypePolicy`], [`LoadReport`]; the load's checks, reads and passes |
+//! | `load/` | [`LoadOptions`], [`DtypePolicy`], [`LoadReport`]; the load's checks, reads and passes |
 //! | `error` | [`Error`] and its parts |
 //!
 //! ```
