@@ -395,3 +395,228 @@ fn python_reads_a_sharded_bf16_save_of_scopetree() {
         serde_json::json!(["int64", [2], hex(&steps_bytes)])
     );
 }
+
+// Rounding to bf16 against `ml_dtypes`: numpy's `astype(ml_dtypes.bfloat16)`
+// rounds an f32 to nearest, ties to even. From f64 it rounds through f32
+// (twice, so it can be wrong just above a bf16 tie); there Python checks
+// scopetree against the exact nearest-even value instead, and that every
+// disagreement with `ml_dtypes` is such a double rounding.
+
+/// Reads `sys.argv[1]` (the f32 values `x32` and the f64 values `x64`) and
+/// `sys.argv[2]` (the same saved as bf16); prints, as JSON, the indices
+/// where scopetree's bf16 bytes differ from `ml_dtypes` (f32), from the
+/// exact nearest-even bf16 (f64), and where `ml_dtypes` differs from the
+/// exact value for another reason than rounding twice (f64).
+const COMPARE_BF16: &str = r#"
+import json, sys
+from fractions import Fraction
+import numpy as np
+import ml_dtypes
+from safetensors import safe_open
+
+def load(path):
+    with safe_open(path, framework="numpy") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+src, bf = load(sys.argv[1]), load(sys.argv[2])
+assert bf["x32"].dtype == ml_dtypes.bfloat16 and bf["x64"].dtype == ml_dtypes.bfloat16
+out = {"n32": int(src["x32"].size), "n64": int(src["x64"].size)}
+
+# f32: every byte as ml_dtypes rounds it.
+got32 = bf["x32"].view(np.uint16)
+want32 = src["x32"].astype(ml_dtypes.bfloat16).view(np.uint16)
+out["f32_differ"] = [int(i) for i in np.nonzero(got32 != want32)[0]]
+
+# f64: the exact nearest bf16, ties to even, by rational arithmetic among
+# ml_dtypes' bf16 and its two neighbours (infinity counts as 2^128).
+def magnitude(m):
+    if m == 0x7f80:
+        return Fraction(2) ** 128
+    e, f = m >> 7, m & 0x7f
+    return Fraction(f, 2 ** 133) if e == 0 else Fraction(f | 0x80) * Fraction(2) ** (e - 134)
+
+def exact(x, ml):
+    if not np.isfinite(x):
+        return ml
+    a, sign = abs(Fraction(float(x))), int(ml) & 0x8000
+    if np.signbit(x) != bool(sign):
+        return ml  # not reached: rounding keeps the sign
+    cands = [m for m in ((int(ml) & 0x7fff) + d for d in (-1, 0, 1)) if 0 <= m <= 0x7f80]
+    best = min(cands, key=lambda m: (abs(magnitude(m) - a), m & 1))
+    return sign | best
+
+x64 = src["x64"]
+ml64 = x64.astype(ml_dtypes.bfloat16).view(np.uint16)
+got64 = bf["x64"].view(np.uint16)
+exact64 = np.array([exact(x, m) for x, m in zip(x64, ml64)], dtype=np.uint16)
+out["f64_differ_from_exact"] = [int(i) for i in np.nonzero(got64 != exact64)[0]]
+via32 = x64.astype(np.float32)
+twice = (via32.astype(np.float64) != x64) & ((via32.view(np.uint32) & 0xffff) == 0x8000)
+ml_wrong = ml64 != exact64
+out["ml_dtypes_rounds_twice"] = int(np.count_nonzero(ml_wrong))
+out["ml_dtypes_differs_otherwise"] = [int(i) for i in np.nonzero(ml_wrong & ~twice)[0]]
+out["f64_differ_from_ml_dtypes_unexplained"] = [
+    int(i) for i in np.nonzero((got64 != ml64) & ~twice)[0]]
+print(json.dumps(out))
+"#;
+
+/// f32 values for the bf16 comparison: the issue's example, special
+/// values, random patterns (NaNs as the canonical quiet NaN of their sign:
+/// `ml_dtypes` drops a NaN's payload, `half` keeps its top bits), and each
+/// side of random bf16 ties.
+fn bf16_cases_f32(rng: &mut u64) -> Vec<f32> {
+    let mut next = || {
+        *rng = rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut bits: Vec<u32> = vec![
+        0x3e5a_8007,
+        0x3e5a_8000,
+        0x3e5b_8000,
+        0,
+        0x8000_0000,
+        0x7f80_0000,
+        0xff80_0000,
+        0x7fc0_0000,
+        0xffc0_0000,
+        0x7f7f_ffff,
+        0x7f7f_8000,
+        0x0000_0001,
+        0x8000_8000,
+        0x0000_8001,
+        0x0080_0000,
+    ];
+    for _ in 0..5_000 {
+        let r = next();
+        let u = r as u32;
+        bits.push(if u & 0x7fff_ffff > 0x7f80_0000 {
+            (u & 0x8000_0000) | 0x7fc0_0000
+        } else {
+            u
+        });
+        // A bf16 tie: a finite bf16 pattern with half its last bit below.
+        let t = (r >> 32) as u32 & 0xffff;
+        if t & 0x7f80 != 0x7f80 {
+            let mid = (t << 16) | 0x8000;
+            bits.extend([mid, mid + 1, mid - 1, mid + 2, mid - 2, mid + 0x7fff]);
+        }
+    }
+    bits.into_iter().map(f32::from_bits).collect()
+}
+
+/// f64 values for the bf16 comparison: special values, random patterns,
+/// the f32 cases widened, and each side of bf16 ties by one and two f64
+/// steps and by less than half an f32 step (where rounding through f32
+/// rounds twice).
+fn bf16_cases_f64(rng: &mut u64, f32s: &[f32]) -> Vec<f64> {
+    let mut v: Vec<f64> = vec![
+        0.0,
+        -0.0,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+        -f64::NAN,
+        f64::MAX,
+        1e300,
+        -1e-300,
+        f64::from_bits(1),
+        1.0 + 2.0_f64.powi(-8) + 2.0_f64.powi(-40),
+    ];
+    for _ in 0..5_000 {
+        *rng = rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = *rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        let x = f64::from_bits(z ^ (z >> 31));
+        v.push(if x.is_nan() { f64::NAN.copysign(x) } else { x });
+    }
+    for &x in f32s {
+        let w = f64::from(x);
+        v.push(w);
+        if w.is_finite() && w != 0.0 && f32::to_bits(x) & 0xffff == 0x8000 {
+            let b = w.to_bits();
+            for d in [1, 2, 1 << 20, (1 << 28) - 1, 1 << 28] {
+                v.extend([f64::from_bits(b + d), f64::from_bits(b - d)]);
+            }
+        }
+    }
+    v
+}
+
+#[test]
+#[ignore = "needs python3 with safetensors, numpy and ml_dtypes: pip install safetensors numpy ml_dtypes; run with cargo test --release --test checkpoint_python -- --ignored"]
+fn bf16_saves_round_as_ml_dtypes_does() {
+    use scopetree::checkpoint::FloatDtype;
+    let mut rng = 0xbf16_u64;
+    let x32 = bf16_cases_f32(&mut rng);
+    let x64 = bf16_cases_f64(&mut rng, &x32);
+    // Values where rounding through f32 to nearest lands on a bf16 tie.
+    #[allow(clippy::cast_possible_truncation)]
+    let twice = x64
+        .iter()
+        .filter(|&&x| (x as f32).to_bits() & 0xffff == 0x8000 && f64::from(x as f32) != x)
+        .count();
+    assert!(twice > 1000, "{twice}");
+    let mut t = ScopeTree::new();
+    let root = t.root();
+    for (name, set) in [("x32", 0), ("x64", 1)] {
+        let v = t.var(root, name).unwrap();
+        if set == 0 {
+            t.set(v, x32.clone()).unwrap();
+        } else {
+            t.set(v, x64.clone()).unwrap();
+        }
+    }
+    let d = tempfile::tempdir().unwrap();
+    let (src, bf) = (
+        d.path().join("src.safetensors"),
+        d.path().join("bf16.safetensors"),
+    );
+    checkpoint::save(&t, root, &src, &SaveOptions::new()).unwrap();
+    let opts = SaveOptions::new().floats_as(FloatDtype::BF16);
+    checkpoint::save(&t, root, &bf, &opts).unwrap();
+
+    let out = python(COMPARE_BF16, &[src.to_str().unwrap(), bf.to_str().unwrap()]);
+    let r: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}; {HOW}"));
+    assert_eq!(r["n32"], x32.len(), "{out}");
+    assert_eq!(r["n64"], x64.len(), "{out}");
+    let none = serde_json::json!([]);
+    let at32 = |k: &str| -> Vec<u32> {
+        r[k].as_array()
+            .unwrap()
+            .iter()
+            .take(5)
+            .map(|i| x32[i.as_u64().unwrap() as usize].to_bits())
+            .collect()
+    };
+    let at64 = |k: &str| -> Vec<u64> {
+        r[k].as_array()
+            .unwrap()
+            .iter()
+            .take(5)
+            .map(|i| x64[i.as_u64().unwrap() as usize].to_bits())
+            .collect()
+    };
+    assert_eq!(r["f32_differ"], none, "f32 bits {:x?}", at32("f32_differ"));
+    assert_eq!(
+        r["f64_differ_from_exact"],
+        none,
+        "f64 bits {:x?}",
+        at64("f64_differ_from_exact")
+    );
+    assert_eq!(
+        r["f64_differ_from_ml_dtypes_unexplained"],
+        none,
+        "f64 bits {:x?}",
+        at64("f64_differ_from_ml_dtypes_unexplained")
+    );
+    assert_eq!(
+        r["ml_dtypes_differs_otherwise"],
+        none,
+        "the exact reference is off: {:x?}",
+        at64("ml_dtypes_differs_otherwise")
+    );
+}

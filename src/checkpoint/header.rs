@@ -11,8 +11,8 @@ use safetensors::tensor::TensorInfo;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::error::Category;
 
+use super::dtype::Dtype;
 use super::error::{BadFile, Error, cut};
-use super::tensor::Dtype;
 use crate::short;
 
 /// The largest header safetensors accepts (its `MAX_HEADER_SIZE`).

@@ -24,6 +24,22 @@
 //!   unused names, creates the variables the file names, and converts float
 //!   dtypes. The [`LoadReport`] says what was loaded, missing and unused.
 //!
+//! | file | holds |
+//! |---|---|
+//! | `dtype` | [`Dtype`], [`FloatDtype`] |
+//! | `element` | [`Element`]: the element types and their little-endian encodings |
+//! | `checkpointable` | [`Checkpointable`], and its impls for `Vec<E>` and `Box<[E]>` |
+//! | `tensor` | [`Tensor`] |
+//! | `codec` | `Codec`: a checkpointable type's operations, type-erased, that saves and loads look values up with |
+//! | `known_types` | `Types`: the types a save or load knows; the value type a load makes for a dtype |
+//! | `float_convert` | the float conversions of [`SaveOptions::floats_as`] and [`DtypePolicy::Convert`], correctly rounded |
+//! | `header` | [`FileTensor`]: a safetensors header, read and checked |
+//! | `index` | a sharded checkpoint's index |
+//! | `source` | opening a checkpoint: a file, an index or a directory |
+//! | `save` | [`SaveOptions`], [`SaveReport`], writing files and shards |
+//! | `load/` | [`LoadOptions`], [`DtypePolicy`], [`LoadReport`]; the load's checks, reads and passes |
+//! | `error` | [`Error`] and its parts |
+//!
 //! ```
 //! # let dir = std::env::temp_dir().join(format!("st-doc-mod-{}", std::process::id()));
 //! # std::fs::create_dir_all(&dir)?;
@@ -48,9 +64,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod checkpointable;
+mod codec;
+mod dtype;
+mod element;
 mod error;
+mod float_convert;
 mod header;
 mod index;
+mod known_types;
 mod load;
 mod save;
 mod source;
@@ -58,16 +80,19 @@ mod tensor;
 
 use std::path::Path;
 
+pub use checkpointable::Checkpointable;
+#[cfg(feature = "candle")]
+pub(crate) use codec::Codec;
+pub use dtype::{Dtype, FloatDtype};
+pub use element::Element;
 pub use error::{BadFile, BadIndex, Error, Mismatch, NotTensor};
+pub(crate) use float_convert::is_convertible_float;
 pub use header::FileTensor;
 pub(crate) use index::{INDEX_FILE, SAVE_ID, index_json, shard_name};
 pub use load::{DtypePolicy, LoadOptions, LoadReport};
 pub use save::{DEFAULT_MAX_SHARD_SIZE, SaveOptions, SaveReport};
 pub(crate) use save::{new_save_id, write_atomic};
-#[cfg(feature = "candle")]
-pub(crate) use tensor::Codec;
-pub(crate) use tensor::is_convertible_float;
-pub use tensor::{Checkpointable, Dtype, Element, FloatDtype, Tensor};
+pub use tensor::Tensor;
 
 use crate::sharing::VariableStore;
 use crate::{ScopeId, ScopeTree, VarId};

@@ -6,11 +6,12 @@ use std::path::Path;
 
 use safetensors::View;
 
+use super::checkpointable::Checkpointable;
+use super::dtype::{Dtype, FloatDtype};
 use super::error::{Error, NotTensor};
+use super::float_convert::{convert_floats, is_convertible_float};
 use super::index::{INDEX_FILE, SAVE_ID, index_json, read_index, shard_name};
-use super::tensor::{
-    Checkpointable, Dtype, FloatDtype, Types, convert_floats, is_convertible_float,
-};
+use super::known_types::Types;
 use super::{Filter, Separator, walk};
 use crate::{ScopeId, ScopeTree, VarId};
 
@@ -74,9 +75,10 @@ impl SaveOptions {
     }
 
     /// Writes every float tensor (`F16`, `BF16`, `F32`, `F64`) as `dtype`,
-    /// rounding to nearest: `floats_as(FloatDtype::BF16)` publishes an `f32`
-    /// model in bf16. Other tensors keep their dtype. The tree is not
-    /// changed. Extra memory: one shard's converted bytes. O(1).
+    /// rounding each value once to nearest, ties to even:
+    /// `floats_as(FloatDtype::BF16)` publishes an `f32` model in bf16.
+    /// Other tensors keep their dtype. The tree is not changed. Extra
+    /// memory: one shard's converted bytes. O(1).
     ///
     /// ```
     /// use scopetree::checkpoint::{FloatDtype, SaveOptions};
