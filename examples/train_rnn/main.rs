@@ -20,6 +20,14 @@
 //! saved one stopped. The last line is a digest of the parameters and the
 //! optimiser state: equal runs print equal digests.
 //!
+//! `--save-dir DIR` saves through a `ranks::CheckpointManager` instead:
+//! one sub-directory per update count, a Hugging Face sharded checkpoint of
+//! which every rank writes one shard, the `latest` pointer moved once it is
+//! whole, and the last `--keep K` (3 by default) kept. `--resume DIR` loads
+//! the latest complete one, at whatever number of ranks this run has, and
+//! prints `resumed: parameters digest P, Adam moments digest M`, the same
+//! at every number of ranks. `--epochs` counts the epochs after the resume.
+//!
 //! Across processes (feature `mpi`): `cargo build --release --features mpi
 //! --example train_rnn`, then `mpirun -np 2 target/release/examples/train_rnn
 //! --workers 1`. Each rank runs its `--workers` threads on its share of the
@@ -54,16 +62,20 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use model::{Config, Task, Trainer};
-use scopetree::ranks::Collective;
+use scopetree::ranks::{CheckpointManager, Collective};
 
 const USAGE: &str = "usage: train_rnn [--seq-len N] [--hidden N] [--epochs N] [--workers N] \
 [--seed N] [--task echo|echoN|sum] [--tokens N] [--batch N] [--updates N] [--lr X] [--eval-seqs N] \
-[--save PATH] [--save-every N] [--resume PATH] [--zero] [--timeout SECS]";
+[--save PATH | --save-dir DIR [--keep K]] [--save-every N] [--resume PATH|DIR] [--zero] \
+[--timeout SECS]";
 
-/// Checkpoint paths from `--save` and `--resume`, and `--save-every`.
+/// Checkpoint paths from `--save`, `--save-dir` and `--resume`, and
+/// `--save-every` and `--keep`.
 #[derive(Default)]
 struct Checkpoints {
     save: Option<PathBuf>,
+    save_dir: Option<PathBuf>,
+    keep: Option<usize>,
     every: Option<usize>,
     resume: Option<PathBuf>,
 }
@@ -108,6 +120,8 @@ fn parse_args() -> Result<(Config, Checkpoints), String> {
             "--seed" => cfg.seed = value.parse().map_err(|e| bad(&e))?,
             "--lr" => cfg.lr = value.parse().map_err(|e| bad(&e))?,
             "--save" => ckpt.save = Some(PathBuf::from(value)),
+            "--save-dir" => ckpt.save_dir = Some(PathBuf::from(value)),
+            "--keep" => ckpt.keep = Some(int()?),
             "--save-every" => ckpt.every = Some(int()?),
             "--resume" => ckpt.resume = Some(PathBuf::from(value)),
             "--timeout" => {
@@ -143,9 +157,24 @@ fn parse_args() -> Result<(Config, Checkpoints), String> {
             cfg.workers, cfg.batch
         ));
     }
-    match (ckpt.every, &ckpt.save) {
+    let saves = ckpt.save.is_some() || ckpt.save_dir.is_some();
+    match (ckpt.every, saves) {
         (Some(0), _) => return Err(format!("--save-every must be at least 1\n{USAGE}")),
-        (Some(_), None) => return Err(format!("--save-every needs --save PATH\n{USAGE}")),
+        (Some(_), false) => {
+            return Err(format!(
+                "--save-every needs --save PATH or --save-dir DIR\n{USAGE}"
+            ));
+        }
+        _ => {}
+    }
+    if ckpt.save.is_some() && ckpt.save_dir.is_some() {
+        return Err(format!(
+            "give --save PATH or --save-dir DIR, not both\n{USAGE}"
+        ));
+    }
+    match (ckpt.keep, &ckpt.save_dir) {
+        (Some(0), _) => return Err(format!("--keep must be at least 1\n{USAGE}")),
+        (Some(_), None) => return Err(format!("--keep needs --save-dir DIR\n{USAGE}")),
         _ => {}
     }
     Ok((cfg, ckpt))
@@ -241,12 +270,24 @@ fn run(cfg: Config, ckpt: &Checkpoints, world: Box<dyn Collective>) -> Result<()
             " (replicated)"
         }
     );
+    let manager = match &ckpt.save_dir {
+        Some(dir) => Some(CheckpointManager::new(dir, ckpt.keep.unwrap_or(3))?),
+        None => None,
+    };
     if let Some(path) = &ckpt.resume {
-        trainer.resume(path)?;
+        let from = if path.is_dir() {
+            let dir = trainer.resume_latest(path)?;
+            format!("{} (latest complete: {})", path.display(), dir.display())
+        } else {
+            trainer.resume(path)?;
+            path.display().to_string()
+        };
+        say!("resumed from {from} after {} updates", trainer.updates());
+        // Collective calls: the moments are gathered under --zero.
+        let moments = trainer.moments_digest()?;
         say!(
-            "resumed from {} after {} updates",
-            path.display(),
-            trainer.updates()
+            "resumed: parameters digest {}, Adam moments digest {moments}",
+            trainer.params_digest()?
         );
     }
     let mut train_secs = 0.0;
@@ -280,10 +321,16 @@ fn run(cfg: Config, ckpt: &Checkpoints, world: Box<dyn Collective>) -> Result<()
             sc = trainer.tree.scope_count(),
             vc = trainer.tree.var_count(),
         );
-        if let (Some(path), Some(every)) = (&ckpt.save, ckpt.every) {
+        if let Some(every) = ckpt.every {
             if epoch % every == 0 && epoch < cfg.epochs {
-                trainer.save(path)?;
-                say!("saved after epoch {epoch} to {}", path.display());
+                if let Some(path) = &ckpt.save {
+                    trainer.save(path)?;
+                    say!("saved after epoch {epoch} to {}", path.display());
+                }
+                if let Some(manager) = &manager {
+                    let dir = trainer.save_managed(manager)?;
+                    say!("saved after epoch {epoch} to {}", dir.display());
+                }
             }
         }
     }
@@ -303,6 +350,14 @@ fn run(cfg: Config, ckpt: &Checkpoints, world: Box<dyn Collective>) -> Result<()
             "saved parameters and optimiser state after {} updates to {}",
             trainer.updates(),
             path.display()
+        );
+    }
+    if let Some(manager) = &manager {
+        let dir = trainer.save_managed(manager)?;
+        say!(
+            "saved parameters and optimiser state after {} updates to {}, every rank writing a shard",
+            trainer.updates(),
+            dir.display()
         );
     }
     // Collective calls: every rank makes them, rank 0 prints.

@@ -27,12 +27,14 @@
 //! Rank 0's parameters and optimiser state are broadcast at the start, and
 //! checkpoints are saved by rank 0 and loaded by every rank.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use scopetree::checkpoint::SaveOptions;
-use scopetree::ranks::{self, Collective, PlanOptions, Reduce, SingleProcess, SyncPlan, Watch};
+use scopetree::ranks::{
+    self, CheckpointManager, Collective, PlanOptions, Reduce, SingleProcess, SyncPlan, Watch,
+};
 use scopetree::{ScopeId, ScopeTree, StepScopes, StepVar, VarId, WorkerScope};
 
 /// The trainer's error: whichever layer failed (the tree's `Error`, the step
@@ -616,6 +618,74 @@ impl Trainer {
             full.save_on_root(&*t.world, &t.tree, path, 0, &SaveOptions::new())?;
             Ok(())
         })
+    }
+
+    /// Saves the parameters and the optimiser state through `manager`,
+    /// under the update count: every rank writes one shard of a Hugging
+    /// Face sharded checkpoint (`SyncPlan::save_shards`), and the manager
+    /// points `latest` at it once it is whole. Returns its directory. A
+    /// collective call.
+    ///
+    /// # Errors
+    /// When a shard, the index or the pointer cannot be written (on every
+    /// rank); the previous checkpoint stays the latest.
+    ///
+    /// With `cfg.zero` the moments are first gathered, as [`save`](Self::save)
+    /// does, so both modes write the same checkpoint.
+    pub fn save_managed(&mut self, manager: &CheckpointManager) -> Result<PathBuf, Error> {
+        self.tree.set(self.step, vec![self.updates])?;
+        let step = self.updates;
+        if self.cfg.zero {
+            self.with_whole_moments(|t| {
+                let mut full = SyncPlan::new(
+                    &*t.world,
+                    &t.tree,
+                    t.tree.root(),
+                    &plan_options(&t.cfg).filter(checkpoint_key),
+                )?;
+                manager.save(&*t.world, &mut full, &t.tree, step, &SaveOptions::new())?;
+                Ok(())
+            })?;
+        } else {
+            manager.save(
+                &*self.world,
+                &mut self.state_plan,
+                &self.tree,
+                step,
+                &SaveOptions::new(),
+            )?;
+        }
+        Ok(manager.step_dir(step))
+    }
+
+    /// Loads the latest complete checkpoint of the manager's directory
+    /// `dir`, at this run's number of ranks, each rank reading a share
+    /// (`SyncPlan::load_shards`). Returns its directory. A collective call.
+    ///
+    /// # Errors
+    /// When `dir` holds no complete checkpoint, or it cannot be read or
+    /// does not match this model (then nothing changed), on every rank.
+    pub fn resume_latest(&mut self, dir: &Path) -> Result<PathBuf, Error> {
+        let manager = CheckpointManager::new(dir, 1)?;
+        let found = if self.cfg.zero {
+            self.with_whole_moments(|t| {
+                let mut full = SyncPlan::new(
+                    &*t.world,
+                    &t.tree,
+                    t.tree.root(),
+                    &plan_options(&t.cfg).filter(checkpoint_key),
+                )?;
+                Ok(manager.load_latest(&*t.world, &mut full, &mut t.tree)?)
+            })?
+        } else {
+            manager.load_latest(&*self.world, &mut self.state_plan, &mut self.tree)?
+        };
+        let Some((step, _)) = found else {
+            return Err(format!("{} holds no complete checkpoint", dir.display()).into());
+        };
+        // The load checked that `step` holds exactly one element.
+        self.updates = self.tree.get::<Vec<u64>>(self.step)?[0];
+        Ok(manager.step_dir(step))
     }
 
     /// Runs `f` while every rank holds the whole Adam moments: each rank's
