@@ -11,6 +11,7 @@
   which scripts/ranks_runs.py writes (MPI runs are not criterion's).
 
 Usage: pip install matplotlib; python3 scripts/charts.py [criterion_dir]
+       python3 scripts/charts.py --ranks   (the two ranks charts only)
 """
 
 import json
@@ -23,7 +24,12 @@ matplotlib.use("svg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CRIT = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "target" / "criterion"
+RANKS_ONLY = sys.argv[1:] == ["--ranks"]
+CRIT = (
+    pathlib.Path(sys.argv[1])
+    if len(sys.argv) > 1 and not RANKS_ONLY
+    else ROOT / "target" / "criterion"
+)
 DOCS = ROOT / "docs"
 plt.rcParams["svg.hashsalt"] = "scopetree"  # stable ids: the same data give the same file
 plt.rcParams["svg.fonttype"] = "none"
@@ -128,5 +134,6 @@ def ranks_charts():
 
 
 if __name__ == "__main__":
-    lookup_depth(criterion())
+    if not RANKS_ONLY:
+        lookup_depth(criterion())
     ranks_charts()
