@@ -738,6 +738,26 @@ fn every_rank_writes_a_shard_and_any_number_of_ranks_loads(world: &World) -> Che
         world.barrier().map_err(s)?;
     }
 
+    // A shard whose last data byte changed after the save: the rank that
+    // reads it finds the checksum wrong, every rank returns an error, and
+    // no tree changes.
+    let last = dir.join(&saved.shards[saved.shards.len() - 1]);
+    if me == 0 {
+        let mut bytes = std::fs::read(&last).expect("the last shard");
+        let end = bytes.len() - 1;
+        bytes[end] ^= 0x40;
+        std::fs::write(&last, &bytes).expect("a writable shard");
+    }
+    world.barrier().map_err(s)?;
+    let mut c = Model::standard(|i| 3.0 + i as f64);
+    let c_before = c.values();
+    let corrupted = SyncPlan::new(world, &c.tree, c.scope, &PlanOptions::new())
+        .and_then(|mut p| p.load_shards(world, &mut c.tree, &dir));
+    let found = ranks_where(world, matches!(corrupted, Err(Error::Corrupted { .. }))).map_err(s)?;
+    let failed = ranks_where(world, corrupted.is_err()).map_err(s)?;
+    let corrupt_seen = format!("found by ranks {found:?}, failed on {failed:?}: {corrupted:?}");
+    let corrupt_ok = found.len() == 1 && failed.len() == n && c.values() == c_before;
+
     // A deleted shard: every rank reports it, no tree changes.
     if me == 0 {
         let _ = std::fs::remove_file(dir.join(&saved.shards[saved.shards.len() - 1]));
@@ -745,7 +765,8 @@ fn every_rank_writes_a_shard_and_any_number_of_ranks_loads(world: &World) -> Che
     world.barrier().map_err(s)?;
     let mut t = Model::standard(|i| 7.0 + i as f64);
     let before = t.values();
-    let got = plan.load_shards(world, &mut t.tree, &dir);
+    let got = SyncPlan::new(world, &t.tree, t.scope, &PlanOptions::new())
+        .and_then(|mut p| p.load_shards(world, &mut t.tree, &dir));
     let message = got
         .as_ref()
         .err()
@@ -772,6 +793,7 @@ fn every_rank_writes_a_shard_and_any_number_of_ranks_loads(world: &World) -> Che
         "{message}"
     );
     ensure!(world, t.values() == before, "a refused load changed values");
+    ensure!(world, corrupt_ok, "a corrupted shard: {corrupt_seen}");
     Ok(())
 }
 

@@ -270,3 +270,44 @@ fn the_manager_keeps_the_last_k_and_a_failed_save_leaves_the_previous_latest() -
     assert!(!manager.step_dir(35).exists() && !manager.step_dir(20).exists());
     Ok(())
 }
+
+/// A shard whose data bytes were changed after the save (its header
+/// intact) is found by the checksums the save wrote, and the load changes
+/// nothing.
+#[test]
+fn a_corrupted_shard_is_found_by_its_checksums_and_changes_nothing() -> R {
+    let dir = tempfile::tempdir()?;
+    let (tree, scope, _) = model(1.0)?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, scope, &scratch())?;
+    let saved = plan.save_shards(&SingleProcess, &tree, dir.path(), &SaveOptions::new())?;
+    let shard = dir.path().join(&saved.shards[0]);
+    let mut bytes = std::fs::read(&shard)?;
+    let last = bytes.len() - 1; // the last byte of the last tensor's data
+    bytes[last] ^= 0x40;
+    std::fs::write(&shard, &bytes)?;
+
+    let (mut other, oscope, ovars) = model(5.0)?;
+    let mut oplan = SyncPlan::new(&SingleProcess, &other, oscope, &scratch())?;
+    let before = values(&other, &ovars)?;
+    let err = oplan
+        .load_shards(&SingleProcess, &mut other, dir.path())
+        .unwrap_err();
+    assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("enc/w") && msg.contains("corrupted"), "{msg}");
+    assert_eq!(values(&other, &ovars)?, before);
+
+    // bf16 shards carry no checksum of the converted bytes, and load as
+    // any checkpoint does.
+    let bf = tempfile::tempdir()?;
+    plan.save_shards(
+        &SingleProcess,
+        &tree,
+        bf.path(),
+        &SaveOptions::new().floats_as(FloatDtype::BF16),
+    )?;
+    let text = std::fs::read(bf.path().join("model-00001-of-00001.safetensors"))?;
+    assert!(!String::from_utf8_lossy(&text).contains("scopetree_xxh3/enc/w"));
+    assert!(String::from_utf8_lossy(&bytes).contains("scopetree_xxh3/enc/w"));
+    Ok(())
+}

@@ -23,6 +23,12 @@ pub(crate) const SINGLE_FILE: &str = "model.safetensors";
 /// the index's was left by another save.
 pub(crate) const SAVE_ID: &str = "scopetree_save_id";
 
+/// The prefix, in a shard's `__metadata__`, of the keys that hold a
+/// tensor's checksum (`scopetree_xxh3/<tensor key>`: the xxh3-128 of its
+/// bytes as written, 32 hex digits), for the layers that verify what they
+/// read.
+pub(crate) const CHECKSUM_PREFIX: &str = "scopetree_xxh3/";
+
 /// The name of shard `k` (from 1) of `n`, as the Hugging Face tools write
 /// it: `model-00001-of-00004.safetensors`. O(1).
 pub(crate) fn shard_name(k: usize, n: usize) -> String {

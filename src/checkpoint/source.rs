@@ -18,6 +18,8 @@ pub(crate) struct Part {
     pub(crate) path: PathBuf,
     pub(crate) file: File,
     pub(crate) data_start: u64,
+    /// The file's `__metadata__` string pairs, if it has them.
+    pub(crate) metadata: Option<std::collections::HashMap<String, String>>,
 }
 
 /// A checkpoint, opened: its parts and the tensors a load considers.
@@ -78,6 +80,7 @@ fn open_file(path: &Path) -> Result<Opened, Error> {
             path: path.to_owned(),
             file,
             data_start: header.data_start,
+            metadata: header.metadata,
         }],
         shown,
         unassigned: Vec::new(),
@@ -176,6 +179,7 @@ fn open_index(index_path: &Path) -> Result<Opened, Error> {
             path,
             file,
             data_start: header.data_start,
+            metadata: header.metadata,
         });
     }
     unassigned.sort_unstable();

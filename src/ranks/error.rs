@@ -176,6 +176,21 @@ pub enum Error {
         reason: String,
     },
 
+    /// The bytes a rank read for a tensor of a checkpoint do not match the
+    /// checksum that the save wrote beside them: the file was corrupted
+    /// after the save. The load changed nothing on any rank.
+    #[error(
+        "the bytes of `{}` in {file} do not match the checksum its save wrote (the file is \
+         corrupted); restore it or load an earlier checkpoint",
+        short::path(key)
+    )]
+    Corrupted {
+        /// The tensor's key.
+        key: String,
+        /// The file that holds it.
+        file: String,
+    },
+
     /// A manifest received from another rank could not be read (ranks
     /// running different builds of the program).
     #[error(

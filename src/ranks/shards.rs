@@ -12,14 +12,15 @@ use rustc_hash::FxHashSet;
 
 use super::agree::{Same, settle, show_count};
 use super::bucketed::broadcast_values;
+use super::checksum::hash_bytes;
 use super::collective::{Collective, DIGEST_BYTES};
 use super::error::Error;
 use super::plan::SyncPlan;
 use super::values::{Slot, Values};
 use crate::ScopeTree;
 use crate::checkpoint::{
-    self, Dtype, INDEX_FILE, LoadOptions, SAVE_ID, SaveOptions, Separator, index_json,
-    is_convertible_float, new_save_id, shard_name, write_atomic,
+    self, CHECKSUM_PREFIX, Dtype, INDEX_FILE, LoadOptions, SAVE_ID, SaveOptions, Separator,
+    index_json, is_convertible_float, new_save_id, shard_name, write_atomic,
 };
 
 /// The longest save id a save broadcasts (its ids are about 30 bytes).
@@ -156,6 +157,51 @@ impl SyncPlan {
             .unzip()
     }
 
+    /// The metadata entries of the checksums of the variables at `indices`
+    /// (see [`CHECKSUM_PREFIX`]), for those written as they are held, not
+    /// converted by `floats_as`. O(bytes of those variables).
+    fn checksums(
+        &self,
+        tree: &ScopeTree,
+        indices: &[usize],
+        floats_as: Option<Dtype>,
+    ) -> Result<Vec<(String, String)>, Error> {
+        let mut out = Vec::with_capacity(indices.len());
+        for &i in indices {
+            let e = &self.manifest().entries()[i];
+            if floats_as.is_some_and(|to| to != e.dtype && is_convertible_float(e.dtype)) {
+                continue;
+            }
+            let slot = self.slots[i];
+            let sum = hash_bytes((slot.access.bytes)(tree, slot.id)?);
+            out.push((format!("{CHECKSUM_PREFIX}{}", e.key), format!("{sum:032x}")));
+        }
+        Ok(out)
+    }
+
+    /// Checks the bytes just read into the variables at `indices` against
+    /// the checksums the checkpoint's files carry for them (tensors without
+    /// one, from other writers, pass). O(headers + bytes of those
+    /// variables).
+    fn verify(&self, tree: &ScopeTree, dir: &Path, indices: &[usize]) -> Result<(), Error> {
+        let sums = checkpoint::checksums(dir)?;
+        for &i in indices {
+            let key = &self.manifest().entries()[i].key;
+            let Some((sum, file)) = sums.get(key.as_str()) else {
+                continue;
+            };
+            let slot = self.slots[i];
+            let got = format!("{:032x}", hash_bytes((slot.access.bytes)(tree, slot.id)?));
+            if &got != sum {
+                return Err(Error::Corrupted {
+                    key: key.clone(),
+                    file: file.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Saves the plan's variables into the directory `dir` as a Hugging
     /// Face sharded checkpoint, every rank writing one shard in parallel: the
     /// variables (less [scratch](super::PlanOptions::scratch)), in key
@@ -256,15 +302,25 @@ impl SyncPlan {
                 meta.entry("format".to_owned())
                     .or_insert_with(|| "pt".to_owned());
                 meta.insert(SAVE_ID.to_owned(), save_id.clone());
+                // The checksum of each tensor written as it is held (not
+                // converted by `floats_as`), for the load to verify. An
+                // error here is settled with the writes below, never
+                // returned before it: the other ranks wait in that settle.
+                let sums = self.checksums(tree, &indices[range.clone()], opts.floats_as);
                 let mut mine = opts.clone().metadata(meta);
                 mine.sep = Separator::Slash;
                 let keys = Arc::new(keys);
                 mine.filter = Some(Arc::new(move |k: &str| keys.contains(k)));
                 saved.bytes = sizes[range.clone()].iter().sum();
                 saved.mine = Some(name.clone());
-                checkpoint::save(tree, self.scope(), dir.join(&name), &mine)
-                    .map(|report| saved.keys = report.keys)
-                    .map_err(Error::from)
+                sums.and_then(|sums| {
+                    mine.metadata
+                        .get_or_insert_with(Default::default)
+                        .extend(sums);
+                    checkpoint::save(tree, self.scope(), dir.join(&name), &mine)
+                        .map(|report| saved.keys = report.keys)
+                        .map_err(Error::from)
+                })
             }
             None => Ok(()),
         };
@@ -361,15 +417,19 @@ impl SyncPlan {
             .iter()
             .map(|&i| Ok((slots[i].access.bytes)(tree, slots[i].id)?.to_vec()))
             .collect();
-        let old = old?;
-        let read = if keys.is_empty() {
-            Ok(())
-        } else {
-            let wanted: Arc<FxHashSet<String>> = Arc::new(keys.iter().cloned().collect());
-            let opts = LoadOptions::new().filter(move |k| wanted.contains(k));
-            checkpoint::load(tree, self.scope(), dir, &opts)
-                .map(drop)
-                .map_err(Error::from)
+        // Any error here is settled below with the others', never returned
+        // before it: the other ranks wait in that settle.
+        let (old, read) = match old {
+            Err(e) => (Vec::new(), Err(e)),
+            Ok(old) if keys.is_empty() => (old, Ok(())),
+            Ok(old) => {
+                let wanted: Arc<FxHashSet<String>> = Arc::new(keys.iter().cloned().collect());
+                let opts = LoadOptions::new().filter(move |k| wanted.contains(k));
+                let read = checkpoint::load(tree, self.scope(), dir, &opts)
+                    .map_err(Error::from)
+                    .and_then(|_| self.verify(tree, dir, mine));
+                (old, read)
+            }
         };
         let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
         if let Err(err) = settle(comm, &mut gathered, "reading the shards", read, None) {
