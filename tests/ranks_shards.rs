@@ -311,3 +311,112 @@ fn a_corrupted_shard_is_found_by_its_checksums_and_changes_nothing() -> R {
     assert!(String::from_utf8_lossy(&bytes).contains("scopetree_xxh3/enc/w"));
     Ok(())
 }
+
+/// A save beside training writes what `save_shards` writes, from a copy
+/// taken when it started, and reuses its staging buffers from save to save.
+#[test]
+fn an_async_save_writes_the_state_it_started_with() -> R {
+    use scopetree::ranks::AsyncSaver;
+    let dir = tempfile::tempdir()?;
+    let (mut tree, scope, vars) = model(1.0)?;
+    let want = values(&tree, &vars)?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, scope, &scratch())?;
+    let mut saver = AsyncSaver::new();
+    saver.save(
+        &SingleProcess,
+        &mut plan,
+        &tree,
+        dir.path().join("a"),
+        &SaveOptions::new(),
+    )?;
+    assert!(saver.is_pending());
+    // Training goes on while the shard is written.
+    tree.get_mut::<Vec<f32>>(vars[1])?.fill(-3.0);
+    let done = saver.wait(&SingleProcess)?.ok_or("a save under way")?;
+    assert!(!saver.is_pending());
+    assert_eq!(done.bytes, 68);
+    assert_eq!(saver.staging_bytes(), 68, "this rank's part only");
+    plan.save_shards(
+        &SingleProcess,
+        &tree,
+        dir.path().join("b"),
+        &SaveOptions::new(),
+    )?;
+    assert_eq!(
+        weight_map(&dir.path().join("a"))?,
+        weight_map(&dir.path().join("b"))?
+    );
+
+    let (mut t, s, v) = model(0.0)?;
+    let mut p = SyncPlan::new(&SingleProcess, &t, s, &scratch())?;
+    p.load_shards(&SingleProcess, &mut t, dir.path().join("a"))?;
+    assert_eq!(
+        values(&t, &v)?[..13],
+        want[..13],
+        "the state when the save started"
+    );
+
+    // The next save finishes nothing new and keeps the buffers.
+    saver.save(
+        &SingleProcess,
+        &mut plan,
+        &tree,
+        dir.path().join("c"),
+        &SaveOptions::new(),
+    )?;
+    saver.wait(&SingleProcess)?;
+    assert_eq!(saver.staging_bytes(), 68);
+    assert!(saver.wait(&SingleProcess)?.is_none());
+    Ok(())
+}
+
+/// A background write that fails is reported by the next wait; the
+/// manager's pointer still names the previous checkpoint, which loads.
+#[test]
+fn a_failed_background_write_is_reported_at_the_wait_and_the_latest_stays() -> R {
+    use scopetree::ranks::{AsyncSaver, CheckpointManager};
+    let dir = tempfile::tempdir()?;
+    let (mut tree, scope, vars) = model(1.0)?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, scope, &scratch())?;
+    let manager = CheckpointManager::new(dir.path(), 2)?;
+    let mut saver = AsyncSaver::new();
+    saver.save_managed(
+        &SingleProcess,
+        &manager,
+        &mut plan,
+        &tree,
+        1,
+        &SaveOptions::new(),
+    )?;
+    assert!(manager.latest()?.is_none(), "not visible before the wait");
+    saver.wait(&SingleProcess)?;
+    assert_eq!(manager.latest()?.map(|(s, _)| s), Some(1));
+
+    // Step 2's shard cannot be written: a directory stands at its path.
+    let blocked = manager.step_dir(2).join("model-00001-of-00001.safetensors");
+    std::fs::create_dir_all(blocked.join("in-the-way"))?;
+    tree.get_mut::<Vec<f32>>(vars[1])?.fill(2.0);
+    saver.save_managed(
+        &SingleProcess,
+        &manager,
+        &mut plan,
+        &tree,
+        2,
+        &SaveOptions::new(),
+    )?;
+    let err = saver.wait(&SingleProcess).unwrap_err();
+    assert!(matches!(err, Error::Checkpoint(_)), "{err:?}");
+    assert_eq!(manager.latest()?.map(|(s, _)| s), Some(1));
+    assert!(
+        !manager
+            .step_dir(2)
+            .join("model.safetensors.index.json")
+            .exists()
+    );
+    let (step, _) = manager
+        .load_latest(&SingleProcess, &mut plan, &mut tree)?
+        .ok_or("a checkpoint")?;
+    assert_eq!(step, 1);
+    assert_eq!(tree.get::<Vec<f32>>(vars[1])?, &[0.5, -1.0, 2.0]);
+    Ok(())
+}

@@ -27,6 +27,9 @@
 //! the latest complete one, at whatever number of ranks this run has, and
 //! prints `resumed: parameters digest P, Adam moments digest M`, the same
 //! at every number of ranks. `--epochs` counts the epochs after the resume.
+//! `--async-save` writes the saves of `--save-every` beside training
+//! (`ranks::AsyncSaver`): each rank copies its shard and a background
+//! thread writes it while the next epoch runs.
 //!
 //! Across processes (feature `mpi`): `cargo build --release --features mpi
 //! --example train_rnn`, then `mpirun -np 2 target/release/examples/train_rnn
@@ -62,12 +65,12 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use model::{Config, Task, Trainer};
-use scopetree::ranks::{CheckpointManager, Collective};
+use scopetree::ranks::{AsyncSaver, CheckpointManager, Collective};
 
 const USAGE: &str = "usage: train_rnn [--seq-len N] [--hidden N] [--epochs N] [--workers N] \
 [--seed N] [--task echo|echoN|sum] [--tokens N] [--batch N] [--updates N] [--lr X] [--eval-seqs N] \
-[--save PATH | --save-dir DIR [--keep K]] [--save-every N] [--resume PATH|DIR] [--zero] \
-[--timeout SECS]";
+[--save PATH | --save-dir DIR [--keep K] [--async-save]] [--save-every N] [--resume PATH|DIR] \
+[--zero] [--timeout SECS]";
 
 /// Checkpoint paths from `--save`, `--save-dir` and `--resume`, and
 /// `--save-every` and `--keep`.
@@ -75,6 +78,7 @@ const USAGE: &str = "usage: train_rnn [--seq-len N] [--hidden N] [--epochs N] [-
 struct Checkpoints {
     save: Option<PathBuf>,
     save_dir: Option<PathBuf>,
+    async_save: bool,
     keep: Option<usize>,
     every: Option<usize>,
     resume: Option<PathBuf>,
@@ -90,6 +94,10 @@ fn parse_args() -> Result<(Config, Checkpoints), String> {
         }
         if flag == "--zero" {
             cfg.zero = true;
+            continue;
+        }
+        if flag == "--async-save" {
+            ckpt.async_save = true;
             continue;
         }
         let value = args
@@ -171,6 +179,9 @@ fn parse_args() -> Result<(Config, Checkpoints), String> {
         return Err(format!(
             "give --save PATH or --save-dir DIR, not both\n{USAGE}"
         ));
+    }
+    if ckpt.async_save && ckpt.save_dir.is_none() {
+        return Err(format!("--async-save needs --save-dir DIR\n{USAGE}"));
     }
     match (ckpt.keep, &ckpt.save_dir) {
         (Some(0), _) => return Err(format!("--keep must be at least 1\n{USAGE}")),
@@ -270,6 +281,7 @@ fn run(cfg: Config, ckpt: &Checkpoints, world: Box<dyn Collective>) -> Result<()
             " (replicated)"
         }
     );
+    let mut saver = AsyncSaver::new();
     let manager = match &ckpt.save_dir {
         Some(dir) => Some(CheckpointManager::new(dir, ckpt.keep.unwrap_or(3))?),
         None => None,
@@ -328,8 +340,16 @@ fn run(cfg: Config, ckpt: &Checkpoints, world: Box<dyn Collective>) -> Result<()
                     say!("saved after epoch {epoch} to {}", path.display());
                 }
                 if let Some(manager) = &manager {
-                    let dir = trainer.save_managed(manager)?;
-                    say!("saved after epoch {epoch} to {}", dir.display());
+                    if ckpt.async_save {
+                        let dir = trainer.save_managed_async(manager, &mut saver)?;
+                        say!(
+                            "saving after epoch {epoch} to {} beside training",
+                            dir.display()
+                        );
+                    } else {
+                        let dir = trainer.save_managed(manager)?;
+                        say!("saved after epoch {epoch} to {}", dir.display());
+                    }
                 }
             }
         }
@@ -352,6 +372,8 @@ fn run(cfg: Config, ckpt: &Checkpoints, world: Box<dyn Collective>) -> Result<()
             path.display()
         );
     }
+    // The last save beside training, finished before the final one.
+    trainer.finish_save(&mut saver)?;
     if let Some(manager) = &manager {
         let dir = trainer.save_managed(manager)?;
         say!(

@@ -33,7 +33,8 @@ use std::time::Duration;
 
 use scopetree::checkpoint::SaveOptions;
 use scopetree::ranks::{
-    self, CheckpointManager, Collective, PlanOptions, Reduce, SingleProcess, SyncPlan, Watch,
+    self, AsyncSaver, CheckpointManager, Collective, PlanOptions, Reduce, SingleProcess, SyncPlan,
+    Watch,
 };
 use scopetree::{ScopeId, ScopeTree, StepScopes, StepVar, VarId, WorkerScope};
 
@@ -656,6 +657,61 @@ impl Trainer {
             )?;
         }
         Ok(manager.step_dir(step))
+    }
+
+    /// [`save_managed`](Self::save_managed) beside training: copies this
+    /// rank's shard into `saver`'s staging buffers and returns while a
+    /// background thread writes it; the next save or
+    /// `saver.wait(world)` finishes it (the index, the pointer). Returns the
+    /// step directory it will be. A collective call.
+    ///
+    /// # Errors
+    /// The previous save's failure, or this one's checks, on every rank.
+    pub fn save_managed_async(
+        &mut self,
+        manager: &CheckpointManager,
+        saver: &mut AsyncSaver,
+    ) -> Result<PathBuf, Error> {
+        self.tree.set(self.step, vec![self.updates])?;
+        let step = self.updates;
+        if self.cfg.zero {
+            self.with_whole_moments(|t| {
+                let mut full = SyncPlan::new(
+                    &*t.world,
+                    &t.tree,
+                    t.tree.root(),
+                    &plan_options(&t.cfg).filter(checkpoint_key),
+                )?;
+                saver.save_managed(
+                    &*t.world,
+                    manager,
+                    &mut full,
+                    &t.tree,
+                    step,
+                    &SaveOptions::new(),
+                )?;
+                Ok(())
+            })?;
+        } else {
+            saver.save_managed(
+                &*self.world,
+                manager,
+                &mut self.state_plan,
+                &self.tree,
+                step,
+                &SaveOptions::new(),
+            )?;
+        }
+        Ok(manager.step_dir(step))
+    }
+
+    /// Finishes `saver`'s save under way, if any (a collective call).
+    ///
+    /// # Errors
+    /// When a rank could not write its shard, on every rank.
+    pub fn finish_save(&mut self, saver: &mut AsyncSaver) -> Result<(), Error> {
+        saver.wait(&*self.world)?;
+        Ok(())
     }
 
     /// Loads the latest complete checkpoint of the manager's directory

@@ -91,7 +91,7 @@ pub use header::FileTensor;
 pub(crate) use index::{CHECKSUM_PREFIX, INDEX_FILE, SAVE_ID, index_json, shard_name};
 pub use load::{DtypePolicy, LoadOptions, LoadReport};
 pub use save::{DEFAULT_MAX_SHARD_SIZE, SaveOptions, SaveReport};
-pub(crate) use save::{new_save_id, write_atomic};
+pub(crate) use save::{Staged, new_save_id, write_atomic, write_tensors};
 pub use tensor::Tensor;
 
 use crate::sharing::VariableStore;

@@ -329,6 +329,39 @@ fn write_file(
     set_permissions(path, old_permissions)
 }
 
+/// One tensor held outside a tree (a copy staged for a write in the
+/// background), for [`write_tensors`].
+pub(crate) struct Staged<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) dtype: Dtype,
+    pub(crate) shape: &'a [usize],
+    pub(crate) bytes: &'a [u8],
+}
+
+/// Writes tensors held outside a tree to `path` as [`save`](super::save)
+/// writes a tree's: floats converted to `floats_as` where they convert,
+/// atomically (a temporary file, then a rename), with `metadata`. O(bytes);
+/// memory: the converted bytes under `floats_as`.
+pub(crate) fn write_tensors(
+    tensors: &[Staged<'_>],
+    floats_as: Option<Dtype>,
+    metadata: Option<HashMap<String, String>>,
+    path: &Path,
+) -> Result<(), Error> {
+    let items = tensors
+        .iter()
+        .map(|t| {
+            let item = Item {
+                dtype: t.dtype,
+                shape: t.shape.to_vec(),
+                bytes: Cow::Borrowed(t.bytes),
+            };
+            (t.key.to_owned(), item.written(floats_as))
+        })
+        .collect();
+    write_file(items, metadata, path)
+}
+
 pub(crate) fn save_with(
     tree: &ScopeTree,
     scope: ScopeId,

@@ -217,6 +217,18 @@ impl CheckpointManager {
         let _watch = plan.watch(comm, "saving a managed checkpoint");
         let dir = self.step_dir(step);
         let saved = plan.save_shards(comm, tree, &dir, opts)?;
+        self.point_at(comm, step)?;
+        Ok(saved)
+    }
+
+    /// Once `step`'s checkpoint is whole on every rank: rank 0 points
+    /// [`LATEST_FILE`] at it (an atomic rename) and removes old checkpoints;
+    /// the ranks exchange the outcome. A collective call.
+    pub(super) fn point_at<C: Collective + ?Sized>(
+        &self,
+        comm: &C,
+        step: u64,
+    ) -> Result<(), Error> {
         let pointed = if comm.rank() == 0 {
             let name = format!("{STEP_PREFIX}{step:020}\n");
             write_atomic(&self.dir.join(LATEST_FILE), name.as_bytes()).map_err(Error::from)
@@ -234,7 +246,7 @@ impl CheckpointManager {
         if comm.rank() == 0 {
             self.prune(step);
         }
-        Ok(saved)
+        Ok(())
     }
 
     /// Removes the complete checkpoints older than the last `keep` and the

@@ -61,6 +61,7 @@
 //! | `checkpoint.rs` | [`SyncPlan`]'s checkpoints on one rank: `save_on_root`, `load_on_all` |
 //! | `shards.rs` | [`SyncPlan`]'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
 //! | `manager.rs` | [`CheckpointManager`]: a step per directory, the latest pointer, keep-last-K |
+//! | `async_save.rs` | [`AsyncSaver`]: saves written by a background thread beside training |
 //! | `candle.rs` | `CandlePlan` (feature `candle`) |
 //!
 //! Synchronised values are `Vec`, `Box<[_]>` and
@@ -95,6 +96,7 @@
 
 mod access;
 mod agree;
+mod async_save;
 mod bucketed;
 mod buckets;
 #[cfg(feature = "candle")]
@@ -117,6 +119,7 @@ mod values;
 mod watchdog;
 mod zero;
 
+pub use async_save::AsyncSaver;
 #[cfg(feature = "candle")]
 pub use candle::CandlePlan;
 pub use collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};

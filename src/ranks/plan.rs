@@ -202,6 +202,34 @@ impl SyncPlan {
         Watch::arm(comm.rank(), op, &self.watched, self.timeout)
     }
 
+    /// What the watchdog names for this plan, and its timeout, for calls
+    /// that finish the plan's work later (a save beside training). O(1).
+    pub(super) fn watched(&self) -> (Arc<str>, Option<Duration>) {
+        (Arc::clone(&self.watched), self.timeout)
+    }
+
+    /// The dtype, shape (the manifest's) and bytes of the plan's variable
+    /// `i`. O(1).
+    ///
+    /// # Errors
+    /// [`Error::Changed`] when it no longer holds its planned type and
+    /// length.
+    pub(super) fn slot_bytes<'t>(
+        &self,
+        tree: &'t ScopeTree,
+        i: usize,
+    ) -> Result<(Dtype, Vec<usize>, &'t [u8]), Error> {
+        let (s, e) = (self.slots[i], &self.manifest.entries()[i]);
+        match (s.access.bytes)(tree, s.id) {
+            Ok(b) if b.len() == s.nbytes => Ok((e.dtype, e.shape.clone(), b)),
+            _ => Err(Error::Changed {
+                key: e.key.clone(),
+                scope: self.manifest.scope().to_owned(),
+                reason: "another type or length than planned".into(),
+            }),
+        }
+    }
+
     /// The manifest the ranks agreed on. O(1).
     ///
     /// ```

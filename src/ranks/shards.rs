@@ -136,6 +136,77 @@ impl Values for Subset<'_> {
     }
 }
 
+/// A save under way: its id, its shards, and which variables each holds.
+pub(super) struct Prepared {
+    /// The save's id, stamped on every shard and the index.
+    pub(super) save_id: String,
+    /// Every shard's file name, in order.
+    pub(super) shards: Vec<String>,
+    /// The saved variables of each shard, as ranges of `indices`.
+    pub(super) ranges: Vec<Range<usize>>,
+    /// This rank's shard's range, if it writes one.
+    pub(super) mine: Option<Range<usize>>,
+    /// The saved variables, as indices into the plan's slots, in key order.
+    pub(super) indices: Vec<usize>,
+    /// Their bytes as written.
+    pub(super) sizes: Vec<u64>,
+    /// Their keys.
+    pub(super) keys: Vec<String>,
+}
+
+impl Prepared {
+    /// What this rank's save reports, before its shard is written.
+    pub(super) fn report(&self) -> ShardedSave {
+        let mine = self.mine.clone();
+        ShardedSave {
+            shards: self.shards.clone(),
+            mine: mine.as_ref().and_then(|_| {
+                let k = self
+                    .ranges
+                    .iter()
+                    .position(|r| Some(r) == self.mine.as_ref())?;
+                Some(self.shards[k].clone())
+            }),
+            keys: mine
+                .clone()
+                .map_or_else(Vec::new, |r| self.keys[r].to_vec()),
+            bytes: mine.map_or(0, |r| self.sizes[r].iter().sum()),
+        }
+    }
+}
+
+/// The end of a save on every rank: the ranks exchange the outcome of
+/// their shard's write (`written`); when every shard is on disk, rank 0
+/// writes the index into `dir`, atomically, last, and the ranks exchange
+/// that outcome too. A collective call.
+pub(super) fn publish<C: Collective + ?Sized>(
+    comm: &C,
+    dir: &Path,
+    prepared: &Prepared,
+    written: Result<(), Error>,
+) -> Result<(), Error> {
+    let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
+    settle(comm, &mut gathered, "writing the shards", written, None)?;
+    let indexed = if comm.rank() == 0 {
+        let entries: Vec<(&str, &str)> = prepared
+            .ranges
+            .iter()
+            .zip(&prepared.shards)
+            .flat_map(|(range, shard)| {
+                prepared.keys[range.clone()]
+                    .iter()
+                    .map(move |k| (k.as_str(), shard.as_str()))
+            })
+            .collect();
+        let total = prepared.sizes.iter().sum();
+        let text = index_json(&entries, total, &prepared.save_id);
+        write_atomic(&dir.join(INDEX_FILE), text.as_bytes()).map_err(Error::from)
+    } else {
+        Ok(())
+    };
+    settle(comm, &mut gathered, "writing the index", indexed, None)
+}
+
 impl SyncPlan {
     /// The plan's variables that its checkpoints hold (not scratch), as
     /// indices into its slots, with their bytes as written under
@@ -262,6 +333,43 @@ impl SyncPlan {
     ) -> Result<ShardedSave, Error> {
         let _watch = self.watch(comm, "saving the shards");
         let dir = dir.as_ref();
+        let prepared = self.prepare_save(comm, tree, dir, opts, "saving the shards")?;
+        let mut saved = prepared.report();
+        let written = match prepared.mine.clone() {
+            Some(range) => {
+                // An error here is settled with the writes below, never
+                // returned before it: the other ranks wait in that settle.
+                let meta = self.shard_metadata(tree, &prepared, range.clone(), opts);
+                let keys: FxHashSet<String> = prepared.keys[range].iter().cloned().collect();
+                let mut mine = opts.clone();
+                mine.sep = Separator::Slash;
+                let keys = Arc::new(keys);
+                mine.filter = Some(Arc::new(move |k: &str| keys.contains(k)));
+                let path = dir.join(saved.mine.as_deref().unwrap_or_default());
+                meta.and_then(|meta| {
+                    mine.metadata = Some(meta);
+                    checkpoint::save(tree, self.scope(), path, &mine)
+                        .map(|report| saved.keys = report.keys)
+                        .map_err(Error::from)
+                })
+            }
+            None => Ok(()),
+        };
+        publish(comm, dir, &prepared, written)?;
+        Ok(saved)
+    }
+
+    /// The start of a save on every rank: checks the plan and the options,
+    /// makes `dir`, names the save (rank 0's id, broadcast) and cuts the
+    /// plan's variables into one shard per rank. A collective call.
+    pub(super) fn prepare_save<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        tree: &ScopeTree,
+        dir: &Path,
+        opts: &SaveOptions,
+        op: &'static str,
+    ) -> Result<Prepared, Error> {
         let floats: Same = (
             "float dtypes",
             opts.floats_as.map_or(0, |d| d.bitsize() as u64 + 1),
@@ -270,7 +378,7 @@ impl SyncPlan {
         let made = std::fs::create_dir_all(dir)
             .map_err(checkpoint::Error::io(&dir.to_string_lossy()))
             .map_err(Error::from);
-        self.check_slots(comm, tree, "saving the shards", made, floats)?;
+        self.check_slots(comm, tree, op, made, floats)?;
 
         // Rank 0 names the save; every rank stamps its shard with the name.
         let mut id = [0_u8; SAVE_ID_BYTES];
@@ -289,58 +397,38 @@ impl SyncPlan {
             .filter(|r| !r.is_empty() || sizes.is_empty())
             .collect();
         let n = ranges.len();
-        let key = |i: usize| self.manifest().entries()[indices[i]].key.as_str();
-        let mut saved = ShardedSave {
+        let keys = indices
+            .iter()
+            .map(|&i| self.manifest().entries()[i].key.clone())
+            .collect();
+        Ok(Prepared {
+            save_id,
             shards: (1..=n).map(|k| shard_name(k, n)).collect(),
-            ..ShardedSave::default()
-        };
-        let written = match ranges.get(comm.rank()) {
-            Some(range) => {
-                let name = saved.shards[comm.rank()].clone();
-                let keys: FxHashSet<String> = range.clone().map(|i| key(i).to_owned()).collect();
-                let mut meta = opts.metadata.clone().unwrap_or_default();
-                meta.entry("format".to_owned())
-                    .or_insert_with(|| "pt".to_owned());
-                meta.insert(SAVE_ID.to_owned(), save_id.clone());
-                // The checksum of each tensor written as it is held (not
-                // converted by `floats_as`), for the load to verify. An
-                // error here is settled with the writes below, never
-                // returned before it: the other ranks wait in that settle.
-                let sums = self.checksums(tree, &indices[range.clone()], opts.floats_as);
-                let mut mine = opts.clone().metadata(meta);
-                mine.sep = Separator::Slash;
-                let keys = Arc::new(keys);
-                mine.filter = Some(Arc::new(move |k: &str| keys.contains(k)));
-                saved.bytes = sizes[range.clone()].iter().sum();
-                saved.mine = Some(name.clone());
-                sums.and_then(|sums| {
-                    mine.metadata
-                        .get_or_insert_with(Default::default)
-                        .extend(sums);
-                    checkpoint::save(tree, self.scope(), dir.join(&name), &mine)
-                        .map(|report| saved.keys = report.keys)
-                        .map_err(Error::from)
-                })
-            }
-            None => Ok(()),
-        };
-        let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
-        settle(comm, &mut gathered, "writing the shards", written, None)?;
+            mine: ranges.get(comm.rank()).cloned(),
+            ranges,
+            indices,
+            sizes,
+            keys,
+        })
+    }
 
-        let indexed = if comm.rank() == 0 {
-            let entries: Vec<(&str, &str)> = ranges
-                .iter()
-                .zip(&saved.shards)
-                .flat_map(|(range, shard)| range.clone().map(move |i| (key(i), shard.as_str())))
-                .collect();
-            let total = sizes.iter().sum();
-            let text = index_json(&entries, total, &save_id);
-            write_atomic(&dir.join(INDEX_FILE), text.as_bytes()).map_err(Error::from)
-        } else {
-            Ok(())
-        };
-        settle(comm, &mut gathered, "writing the index", indexed, None)?;
-        Ok(saved)
+    /// The metadata of this rank's shard (the saved variables `range` of
+    /// `prepared`): `opts`' own, `"format": "pt"`, the save's id, and the
+    /// checksum of each tensor written as it is held (not converted by
+    /// `floats_as`). O(bytes of the shard).
+    pub(super) fn shard_metadata(
+        &self,
+        tree: &ScopeTree,
+        prepared: &Prepared,
+        range: Range<usize>,
+        opts: &SaveOptions,
+    ) -> Result<std::collections::HashMap<String, String>, Error> {
+        let mut meta = opts.metadata.clone().unwrap_or_default();
+        meta.entry("format".to_owned())
+            .or_insert_with(|| "pt".to_owned());
+        meta.insert(SAVE_ID.to_owned(), prepared.save_id.clone());
+        meta.extend(self.checksums(tree, &prepared.indices[range], opts.floats_as)?);
+        Ok(meta)
     }
 
     /// Loads a checkpoint directory (or index, or single file) into the
