@@ -610,15 +610,23 @@ impl Trainer {
             return Ok(());
         }
         self.with_whole_moments(|t| {
-            let full = SyncPlan::new(
-                &*t.world,
-                &t.tree,
-                t.tree.root(),
-                &plan_options(&t.cfg).filter(checkpoint_key),
-            )?;
+            let full = t.checkpoint_plan()?;
             full.save_on_root(&*t.world, &t.tree, path, 0, &SaveOptions::new())?;
             Ok(())
         })
+    }
+
+    /// A plan of every variable a checkpoint holds (the parameters and the
+    /// optimiser state, whole), for the ZeRO mode's saves and loads while
+    /// the moments are gathered (see [`with_whole_moments`](Self::with_whole_moments)).
+    /// A collective call.
+    fn checkpoint_plan(&self) -> Result<SyncPlan, ranks::Error> {
+        SyncPlan::new(
+            &*self.world,
+            &self.tree,
+            self.tree.root(),
+            &plan_options(&self.cfg).filter(checkpoint_key),
+        )
     }
 
     /// Saves the parameters and the optimiser state through `manager`,
@@ -638,12 +646,7 @@ impl Trainer {
         let step = self.updates;
         if self.cfg.zero {
             self.with_whole_moments(|t| {
-                let mut full = SyncPlan::new(
-                    &*t.world,
-                    &t.tree,
-                    t.tree.root(),
-                    &plan_options(&t.cfg).filter(checkpoint_key),
-                )?;
+                let mut full = t.checkpoint_plan()?;
                 manager.save(&*t.world, &mut full, &t.tree, step, &SaveOptions::new())?;
                 Ok(())
             })?;
@@ -676,12 +679,7 @@ impl Trainer {
         let step = self.updates;
         if self.cfg.zero {
             self.with_whole_moments(|t| {
-                let mut full = SyncPlan::new(
-                    &*t.world,
-                    &t.tree,
-                    t.tree.root(),
-                    &plan_options(&t.cfg).filter(checkpoint_key),
-                )?;
+                let mut full = t.checkpoint_plan()?;
                 saver.save_managed(
                     &*t.world,
                     manager,
@@ -725,12 +723,7 @@ impl Trainer {
         let manager = CheckpointManager::new(dir, 1)?;
         let found = if self.cfg.zero {
             self.with_whole_moments(|t| {
-                let mut full = SyncPlan::new(
-                    &*t.world,
-                    &t.tree,
-                    t.tree.root(),
-                    &plan_options(&t.cfg).filter(checkpoint_key),
-                )?;
+                let mut full = t.checkpoint_plan()?;
                 Ok(manager.load_latest(&*t.world, &mut full, &mut t.tree)?)
             })?
         } else {
@@ -903,12 +896,7 @@ impl Trainer {
     pub fn resume(&mut self, path: &Path) -> Result<(), Error> {
         if self.cfg.zero {
             self.with_whole_moments(|t| {
-                let mut full = SyncPlan::new(
-                    &*t.world,
-                    &t.tree,
-                    t.tree.root(),
-                    &plan_options(&t.cfg).filter(checkpoint_key),
-                )?;
+                let mut full = t.checkpoint_plan()?;
                 full.load_on_all(&*t.world, &mut t.tree, path)?;
                 Ok(())
             })?;
