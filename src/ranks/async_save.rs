@@ -79,6 +79,11 @@ struct Pending {
 /// failed write is reported there, on every rank. Until then the
 /// checkpoint is not visible, and the previous one stays the latest.
 ///
+/// Call [`wait`](Self::wait) before the program ends: a saver dropped with
+/// a save under way lets its thread finish the shard but never publishes
+/// the checkpoint (no index, no pointer), so the previous one stays the
+/// latest.
+///
 /// The staging memory is this rank's part only: the buffers keep their
 /// capacity, so saves of the same plan allocate nothing for the values
 /// after the first. MPI is only called from the thread that calls `save`
