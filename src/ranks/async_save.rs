@@ -15,7 +15,7 @@ use super::collective::Collective;
 use super::error::Error;
 use super::manager::CheckpointManager;
 use super::plan::SyncPlan;
-use super::shards::{Prepared, ShardedSave, publish};
+use super::shards::{Prepared, ShardedSave, publish, sync_file};
 use super::watchdog::Watch;
 use crate::ScopeTree;
 use crate::checkpoint::{self, Dtype, SaveOptions, Staged, write_tensors};
@@ -45,7 +45,8 @@ impl Shard {
                 bytes,
             })
             .collect();
-        let written = write_tensors(&staged, self.floats_as, Some(self.metadata), &self.path);
+        let written = write_tensors(&staged, self.floats_as, Some(self.metadata), &self.path)
+            .and_then(|()| sync_file(&self.path));
         drop(staged);
         (self.buffers, written)
     }

@@ -31,7 +31,7 @@ pub enum Reduce {
     Mean,
 }
 
-/// Options of a [`SyncPlan`].
+/// Options of a [`SyncPlan`](super::SyncPlan).
 ///
 /// ```
 /// use scopetree::ranks::{PlanOptions, DEFAULT_BUCKET_BYTES};
@@ -84,8 +84,8 @@ impl PlanOptions {
     /// [`SaveOptions::filter`](crate::checkpoint::SaveOptions::filter) keeps
     /// keys: for example the gradients among an optimizer's state, or the
     /// parameters and optimizer state without the workers' scratch. The
-    /// plan's checkpoints ([`SyncPlan::save_on_root`],
-    /// [`SyncPlan::load_on_all`]) use the same filter. O(1).
+    /// plan's checkpoints ([`SyncPlan::save_on_root`](super::SyncPlan::save_on_root),
+    /// [`SyncPlan::load_on_all`](super::SyncPlan::load_on_all)) use the same filter. O(1).
     ///
     /// ```
     /// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
@@ -109,7 +109,7 @@ impl PlanOptions {
     /// Marks the plan's variables whose full name `is_scratch` accepts as
     /// scratch: the plan synchronises them like the others (broadcast,
     /// all-reduce, consistency check), but its checkpoints
-    /// ([`SyncPlan::save_on_root`], [`SyncPlan::load_on_all`]) leave them
+    /// ([`SyncPlan::save_on_root`](super::SyncPlan::save_on_root), [`SyncPlan::load_on_all`](super::SyncPlan::load_on_all)) leave them
     /// out, so that a checkpoint holds what a resume needs and nothing
     /// transient. Gradients (Paddle's `@GRAD` suffix) are the usual scratch:
     /// under ZeRO each rank holds partly reduced sums there, so saving them

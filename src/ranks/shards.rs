@@ -175,6 +175,15 @@ impl Prepared {
     }
 }
 
+/// Flushes the file at `path` to the disk, so that the index, written
+/// once every rank's shard is flushed, never names bytes a power loss can
+/// take back. O(the file's dirty pages).
+pub(super) fn sync_file(path: &Path) -> Result<(), checkpoint::Error> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(checkpoint::Error::io(&path.to_string_lossy()))
+}
+
 /// The end of a save on every rank: the ranks exchange the outcome of
 /// their shard's write (`written`); when every shard is on disk, rank 0
 /// writes the index into `dir`, atomically, last, and the ranks exchange
@@ -279,7 +288,8 @@ impl SyncPlan {
     /// order, are cut into one shard of whole tensors per rank, of about
     /// equal bytes (fewer shards when there are fewer variables than
     /// ranks), and rank `k` writes `model-0000k-of-0000N.safetensors`
-    /// atomically, with `"format": "pt"` and the save's id in its metadata.
+    /// atomically, with `"format": "pt"` and the save's id in its metadata,
+    /// and flushes it to the disk (`fsync`).
     /// When every rank's shard is on disk, rank 0 writes the index
     /// `model.safetensors.index.json` (the shards' names and the same id),
     /// atomically, last: only then is the checkpoint visible. A collective
@@ -348,9 +358,9 @@ impl SyncPlan {
                 let path = dir.join(saved.mine.as_deref().unwrap_or_default());
                 meta.and_then(|meta| {
                     mine.metadata = Some(meta);
-                    checkpoint::save(tree, self.scope(), path, &mine)
-                        .map(|report| saved.keys = report.keys)
-                        .map_err(Error::from)
+                    let report = checkpoint::save(tree, self.scope(), &path, &mine)?;
+                    saved.keys = report.keys;
+                    sync_file(&path).map_err(Error::from)
                 })
             }
             None => Ok(()),
