@@ -9,9 +9,12 @@
   of a full name, scopetree's find_var of the same variable).
 - docs/bucket_sweep.svg and docs/ranks_steps.svg: from docs/data/ranks.json,
   which scripts/ranks_runs.py writes (MPI runs are not criterion's).
+- docs/shards_save_load.svg: from docs/data/shards.json, which
+  scripts/shards_runs.py writes.
 
 Usage: pip install matplotlib; python3 scripts/charts.py [criterion_dir]
        python3 scripts/charts.py --ranks   (the two ranks charts only)
+       python3 scripts/charts.py --shards  (the checkpoints-across-ranks chart only)
 """
 
 import json
@@ -25,9 +28,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RANKS_ONLY = sys.argv[1:] == ["--ranks"]
+SHARDS_ONLY = sys.argv[1:] == ["--shards"]
 CRIT = (
     pathlib.Path(sys.argv[1])
-    if len(sys.argv) > 1 and not RANKS_ONLY
+    if len(sys.argv) > 1 and not (RANKS_ONLY or SHARDS_ONLY)
     else ROOT / "target" / "criterion"
 )
 DOCS = ROOT / "docs"
@@ -133,7 +137,49 @@ def ranks_charts():
     print("wrote docs/bucket_sweep.svg and docs/ranks_steps.svg")
 
 
+def shards_chart():
+    path = DOCS / "data" / "shards.json"
+    if not path.exists():
+        print("no", path, "- run scripts/shards_runs.py first")
+        return
+    data = json.loads(path.read_text())
+    runs = data["runs"]
+    ranks = [r["ranks"] for r in runs]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), sharey=False)
+    panels = [
+        (axes[0], "save", [("save_shards", "time", "save_shards: every rank a shard", "#1b6ac9", "-o"),
+                           ("save_shards", "with_fsync", "save_shards, then fsync", "#1b6ac9", "--o"),
+                           ("save_on_root", "time", "save_on_root: rank 0 writes all", "#d1495b", "-s"),
+                           ("save_on_root", "with_fsync", "save_on_root, then fsync", "#d1495b", "--s")]),
+        (axes[1], "load", [("load_shards", "time", "load_shards: every rank reads a share", "#1b6ac9", "-o"),
+                           ("load_on_all", "time", "load_on_all: every rank reads all", "#d1495b", "-s")]),
+    ]
+    for ax, what, series in panels:
+        for op, field, label, colour, style in series:
+            med = [r["ops"][op][f"{field}_ms_median"] for r in runs]
+            lo = [m - r["ops"][op][f"{field}_ms_min"] for m, r in zip(med, runs)]
+            hi = [r["ops"][op][f"{field}_ms_max"] - m for m, r in zip(med, runs)]
+            ax.errorbar(ranks, med, yerr=[lo, hi], fmt=style, color=colour, capsize=3, label=label)
+        ax.set_xticks(ranks, [str(n) for n in ranks])
+        ax.set_xlabel("ranks (4 oversubscribed on 2 cores)")
+        ax.set_ylabel(f"{what} time (ms, median; bars min-max)")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_title(f"Save of {data['mib']} MiB (300 f32 tensors)")
+    axes[1].set_title("Load, from the page cache" if data["page_cache"].startswith("warm") else "Load")
+    fig.suptitle(f"Checkpoints across ranks, {data['rounds']} rounds at {data['commit']} "
+                 f"(load average {data['load_average_at_start']:.1f} at start)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(DOCS / "shards_save_load.svg", metadata={"Date": None})
+    plt.close(fig)
+    print("wrote docs/shards_save_load.svg")
+
+
 if __name__ == "__main__":
-    if not RANKS_ONLY:
+    if not (RANKS_ONLY or SHARDS_ONLY):
         lookup_depth(criterion())
-    ranks_charts()
+    if not SHARDS_ONLY:
+        ranks_charts()
+    if not RANKS_ONLY:
+        shards_chart()

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The cost model of docs/distributed.md ("Past this machine"): predicted step
-times of data-parallel training over a ring all-reduce, for scales the 2-core
-project machine cannot run. Prints the Markdown tables of that section.
+times of data-parallel training over a ring all-reduce, and checkpoint save
+and load times on a parallel filesystem (save_shards / load_shards against
+save_on_root / load_on_all), for scales the 2-core project machine cannot
+run. Prints the Markdown tables of that section.
 
 Usage: python3 scripts/cost_model.py
 
@@ -52,6 +54,14 @@ ALPHA = 5e-6
 BUCKET = 25 * 2**20
 RANKS = [8, 64, 1024]
 
+# ASSUMED: a parallel filesystem (Lustre, GPFS) for checkpoints across
+# ranks, one rank per client node: each client reads or writes at up to
+# 2 GB/s, and all clients together at up to 100 GB/s (a large system).
+# Not measured here: the project machine has one local disk.
+FS_CLIENT = 2e9
+FS_AGGREGATE = 100e9
+STATES = {"1 GB": 1e9, "100 GB": 100e9}
+
 
 # ----- the model ----------------------------------------------------------
 
@@ -73,6 +83,42 @@ def rnn_update(n, bw, alpha, seqs_per_rank=16):
     compute = seqs_per_rank * SECONDS_PER_SEQUENCE
     comm = ring_all_reduce(RNN_GRAD_BYTES, n, bw, alpha)
     return compute, comm + check(n, alpha)
+
+
+def fs_time(nbytes_per_client, clients):
+    """`clients` clients each moving `nbytes_per_client` at once: limited by
+    a client's bandwidth and by the aggregate."""
+    return clients * nbytes_per_client / min(clients * FS_CLIENT, FS_AGGREGATE)
+
+
+def save_on_root(size, n):
+    """One writer: S / b."""
+    return fs_time(size, 1)
+
+
+def save_shards(size, n):
+    """N writers of S/N each: S / min(N b, A)."""
+    return fs_time(size / n, n)
+
+
+def load_on_all(size, n):
+    """N readers of everything: N S / min(N b, A)."""
+    return fs_time(size, n)
+
+
+def load_shards(size, n, bw, alpha, bucket=BUCKET):
+    """N readers of S/N each, S / min(N b, A), then each part broadcast
+    from its reader: N broadcasts of S/N bytes, each taken as a
+    scatter + all-gather, 2(N-1)/N * (S/N)/B, so 2(N-1)/N * S/B in all,
+    plus ceil(log2 N) latencies per bucket call."""
+    read = fs_time(size / n, n)
+    calls = max(1, math.ceil(size / bucket)) + n
+    exchange = 2 * (n - 1) / n * size / bw + calls * math.ceil(math.log2(n)) * alpha
+    return read, exchange
+
+
+def secs(s):
+    return f"{s * 1e3:.0f} ms" if s < 1 else f"{s:.1f} s"
 
 
 def ms(s):
@@ -124,6 +170,23 @@ def main():
         for name, bw in LINKS.items():
             s = 100 * check(n, ALPHA) * bw / 2
             print(f"| {n} | {name} | {s / 1e6:.1f} MB |")
+    print()
+    print()
+
+    print(f"Checkpoints on a parallel filesystem, one rank per client node, "
+          f"{FS_CLIENT / 1e9:.0f} GB/s per client, {FS_AGGREGATE / 1e9:.0f} GB/s in all "
+          f"(predicted; load_shards' exchange over the links above):")
+    print()
+    print("| ranks | state | save_on_root | save_shards | save speed-up | load_on_all | "
+          "load_shards, 25 Gb/s | load_shards, 100 Gb/s | load speed-up (100 Gb/s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n in RANKS:
+        for label, size in STATES.items():
+            one, shards = save_on_root(size, n), save_shards(size, n)
+            every = load_on_all(size, n)
+            loads = [sum(load_shards(size, n, bw, ALPHA)) for bw in LINKS.values()]
+            print(f"| {n} | {label} | {secs(one)} | {secs(shards)} | {one / shards:.0f}x | "
+                  f"{secs(every)} | {secs(loads[0])} | {secs(loads[1])} | {every / loads[1]:.1f}x |")
     print()
     for name, bw in LINKS.items():
         per_byte_link = 2 / bw
