@@ -245,9 +245,10 @@ impl AsyncSaver {
         let _watch = plan.watch(comm, "starting a save beside training");
         let prepared = plan.prepare_save(comm, tree, dir, opts, "starting a save")?;
         let report = prepared.report();
-        let (writer, staged) = match prepared.mine.clone() {
+        let range = prepared.my_range();
+        let (writer, staged) = match prepared.mine {
             None => (None, Ok(())),
-            Some(range) => match self.stage(plan, tree, &prepared, range, opts, dir, &report) {
+            Some(_) => match self.stage(plan, tree, &prepared, range, opts, dir, &report) {
                 Ok(shard) => (Some(std::thread::spawn(move || shard.write())), Ok(())),
                 Err(e) => (None, Err(e)),
             },
@@ -283,10 +284,11 @@ impl AsyncSaver {
         buffers.resize_with(range.len(), Vec::new);
         let mut tensors = Vec::with_capacity(range.len());
         for (buf, i) in buffers.iter_mut().zip(range) {
-            let (dtype, shape, bytes) = plan.slot_bytes(tree, prepared.indices[i])?;
+            let var = prepared.indices[i];
             buf.clear();
-            buf.extend_from_slice(bytes);
-            tensors.push((prepared.keys[i].clone(), dtype, shape));
+            buf.extend_from_slice(plan.slot_bytes(tree, var)?);
+            let e = &plan.manifest().entries()[var];
+            tensors.push((prepared.keys[i].clone(), e.dtype, e.shape.clone()));
         }
         self.staging = buffers.iter().map(Vec::capacity).sum();
         Ok(Shard {

@@ -208,22 +208,18 @@ impl SyncPlan {
         (Arc::clone(&self.watched), self.timeout)
     }
 
-    /// The dtype, shape (the manifest's) and bytes of the plan's variable
-    /// `i`. O(1).
+    /// The bytes of the plan's variable `i`, checked against the plan.
+    /// O(1); allocates nothing.
     ///
     /// # Errors
     /// [`Error::Changed`] when it no longer holds its planned type and
     /// length.
-    pub(super) fn slot_bytes<'t>(
-        &self,
-        tree: &'t ScopeTree,
-        i: usize,
-    ) -> Result<(Dtype, Vec<usize>, &'t [u8]), Error> {
-        let (s, e) = (self.slots[i], &self.manifest.entries()[i]);
+    pub(super) fn slot_bytes<'t>(&self, tree: &'t ScopeTree, i: usize) -> Result<&'t [u8], Error> {
+        let s = self.slots[i];
         match (s.access.bytes)(tree, s.id) {
-            Ok(b) if b.len() == s.nbytes => Ok((e.dtype, e.shape.clone(), b)),
+            Ok(b) if b.len() == s.nbytes => Ok(b),
             _ => Err(Error::Changed {
-                key: e.key.clone(),
+                key: self.manifest.entries()[i].key.clone(),
                 scope: self.manifest.scope().to_owned(),
                 reason: "another type or length than planned".into(),
             }),
@@ -458,21 +454,8 @@ impl SyncPlan {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn digest(&mut self, tree: &ScopeTree) -> Result<Digest, Error> {
-        for ((s, d), e) in self
-            .slots
-            .iter()
-            .zip(&mut self.digests)
-            .zip(self.manifest.entries())
-        {
-            let bytes = (s.access.bytes)(tree, s.id)
-                .ok()
-                .filter(|b| b.len() == s.nbytes)
-                .ok_or_else(|| Error::Changed {
-                    key: e.key.clone(),
-                    scope: self.manifest.scope().to_owned(),
-                    reason: "another type or length than planned".into(),
-                })?;
-            *d = hash_bytes(bytes);
+        for i in 0..self.slots.len() {
+            self.digests[i] = hash_bytes(self.slot_bytes(tree, i)?);
         }
         Ok(digest_of_hashes(&self.digests))
     }

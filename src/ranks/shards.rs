@@ -16,7 +16,7 @@ use super::checksum::hash_bytes;
 use super::collective::{Collective, DIGEST_BYTES};
 use super::error::Error;
 use super::plan::SyncPlan;
-use super::values::{Slot, Values};
+use super::values::{InTree, Slot};
 use crate::ScopeTree;
 use crate::checkpoint::{
     self, CHECKSUM_PREFIX, Dtype, INDEX_FILE, LoadOptions, SAVE_ID, SaveOptions, Separator,
@@ -82,10 +82,12 @@ pub struct ShardedLoad {
 /// Cuts items of `sizes` bytes, in order, into at most `parts` contiguous
 /// ranges of about equal bytes: each item goes to the part its middle byte
 /// falls in, so no range holds much more than `total / parts` plus one
-/// item. Some ranges are empty when a few items are large. O(items).
+/// item. Some ranges are empty when a few items are large; `parts` below 1
+/// counts as 1. O(items).
 fn cut_whole(sizes: &[u64], parts: usize) -> Vec<Range<usize>> {
+    let parts = parts.max(1);
     let total: u64 = sizes.iter().sum();
-    let mut ranges = vec![0..0; parts.max(1)];
+    let mut ranges = vec![0..0; parts];
     let mut before = 0_u64;
     let mut start = 0;
     let mut part = 0;
@@ -113,26 +115,12 @@ fn cut_whole(sizes: &[u64], parts: usize) -> Vec<Range<usize>> {
     ranges
 }
 
-/// A plan's variables at `indices`, seen as the variables `0..` of a
-/// bucketed broadcast.
-struct Subset<'a> {
-    tree: &'a mut ScopeTree,
-    slots: &'a [Slot],
-    indices: &'a [usize],
-}
-
-impl Values for Subset<'_> {
-    fn read(&mut self, var: usize, at: usize, into: &mut [u8]) -> Result<(), Error> {
-        let slot = self.slots[self.indices[var]];
-        let bytes = (slot.access.bytes)(self.tree, slot.id)?;
-        into.copy_from_slice(&bytes[at..at + into.len()]);
-        Ok(())
-    }
-    fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error> {
-        let slot = self.slots[self.indices[var]];
-        let bytes = (slot.access.bytes_mut)(self.tree, slot.id)?;
-        bytes[at..at + from.len()].copy_from_slice(from);
-        Ok(())
+/// The dtype a tensor of `dtype` is written in under
+/// [`SaveOptions::floats_as`]. O(1).
+fn written(dtype: Dtype, floats_as: Option<Dtype>) -> Dtype {
+    match floats_as {
+        Some(to) if is_convertible_float(dtype) => to,
+        _ => dtype,
     }
 }
 
@@ -144,8 +132,8 @@ pub(super) struct Prepared {
     pub(super) shards: Vec<String>,
     /// The saved variables of each shard, as ranges of `indices`.
     pub(super) ranges: Vec<Range<usize>>,
-    /// This rank's shard's range, if it writes one.
-    pub(super) mine: Option<Range<usize>>,
+    /// The shard this rank writes, if any: shard `k` is rank `k`'s.
+    pub(super) mine: Option<usize>,
     /// The saved variables, as indices into the plan's slots, in key order.
     pub(super) indices: Vec<usize>,
     /// Their bytes as written.
@@ -155,22 +143,21 @@ pub(super) struct Prepared {
 }
 
 impl Prepared {
-    /// What this rank's save reports, before its shard is written.
+    /// The saved variables of this rank's shard, as a range of `indices`
+    /// (empty when it writes none). O(1).
+    pub(super) fn my_range(&self) -> Range<usize> {
+        self.mine.map_or(0..0, |k| self.ranges[k].clone())
+    }
+
+    /// What this rank's save reports, before its shard is written. O(keys
+    /// of the shard).
     pub(super) fn report(&self) -> ShardedSave {
-        let mine = self.mine.clone();
+        let range = self.my_range();
         ShardedSave {
             shards: self.shards.clone(),
-            mine: mine.as_ref().and_then(|_| {
-                let k = self
-                    .ranges
-                    .iter()
-                    .position(|r| Some(r) == self.mine.as_ref())?;
-                Some(self.shards[k].clone())
-            }),
-            keys: mine
-                .clone()
-                .map_or_else(Vec::new, |r| self.keys[r].to_vec()),
-            bytes: mine.map_or(0, |r| self.sizes[r].iter().sum()),
+            mine: self.mine.map(|k| self.shards[k].clone()),
+            keys: self.keys[range.clone()].to_vec(),
+            bytes: self.sizes[range].iter().sum(),
         }
     }
 }
@@ -227,12 +214,11 @@ impl SyncPlan {
             .enumerate()
             .filter(|(_, e)| !self.is_scratch(&e.key))
             .map(|(i, e)| {
-                let dtype = match floats_as {
-                    Some(to) if is_convertible_float(e.dtype) => to,
-                    _ => e.dtype,
-                };
                 let elems: usize = e.shape.iter().product();
-                (i, (elems * dtype.bitsize() / 8) as u64)
+                (
+                    i,
+                    (elems * written(e.dtype, floats_as).bitsize() / 8) as u64,
+                )
             })
             .unzip()
     }
@@ -249,11 +235,10 @@ impl SyncPlan {
         let mut out = Vec::with_capacity(indices.len());
         for &i in indices {
             let e = &self.manifest().entries()[i];
-            if floats_as.is_some_and(|to| to != e.dtype && is_convertible_float(e.dtype)) {
+            if written(e.dtype, floats_as) != e.dtype {
                 continue;
             }
-            let slot = self.slots[i];
-            let sum = hash_bytes((slot.access.bytes)(tree, slot.id)?);
+            let sum = hash_bytes(self.slot_bytes(tree, i)?);
             out.push((format!("{CHECKSUM_PREFIX}{}", e.key), format!("{sum:032x}")));
         }
         Ok(out)
@@ -270,8 +255,7 @@ impl SyncPlan {
             let Some((sum, file)) = sums.get(key.as_str()) else {
                 continue;
             };
-            let slot = self.slots[i];
-            let got = format!("{:032x}", hash_bytes((slot.access.bytes)(tree, slot.id)?));
+            let got = format!("{:032x}", hash_bytes(self.slot_bytes(tree, i)?));
             if &got != sum {
                 return Err(Error::Corrupted {
                     key: key.clone(),
@@ -345,8 +329,9 @@ impl SyncPlan {
         let dir = dir.as_ref();
         let prepared = self.prepare_save(comm, tree, dir, opts, "saving the shards")?;
         let mut saved = prepared.report();
-        let written = match prepared.mine.clone() {
-            Some(range) => {
+        let written = match prepared.mine {
+            Some(_) => {
+                let range = prepared.my_range();
                 // An error here is settled with the writes below, never
                 // returned before it: the other ranks wait in that settle.
                 let meta = self.shard_metadata(tree, &prepared, range.clone(), opts);
@@ -414,7 +399,7 @@ impl SyncPlan {
         Ok(Prepared {
             save_id,
             shards: (1..=n).map(|k| shard_name(k, n)).collect(),
-            mine: ranges.get(comm.rank()).cloned(),
+            mine: (comm.rank() < n).then_some(comm.rank()),
             ranges,
             indices,
             sizes,
@@ -513,7 +498,7 @@ impl SyncPlan {
         let slots = &self.slots;
         let old: Result<Vec<Vec<u8>>, Error> = mine
             .iter()
-            .map(|&i| Ok((slots[i].access.bytes)(tree, slots[i].id)?.to_vec()))
+            .map(|&i| Ok(self.slot_bytes(tree, i)?.to_vec()))
             .collect();
         // Any error here is settled below with the others', never returned
         // before it: the other ranks wait in that settle.
@@ -542,14 +527,9 @@ impl SyncPlan {
 
         let cap = self.byte_cap();
         for (rank, range) in ranges.iter().enumerate() {
-            let part = &indices[range.clone()];
-            let nbytes = part.iter().map(|&i| slots[i].nbytes);
-            let mut values = Subset {
-                tree,
-                slots,
-                indices: part,
-            };
-            broadcast_values(comm, rank, nbytes, cap, &mut values)?;
+            let part: Vec<Slot> = indices[range.clone()].iter().map(|&i| slots[i]).collect();
+            let nbytes = part.iter().map(|s| s.nbytes);
+            broadcast_values(comm, rank, nbytes, cap, &mut InTree { tree, slots: &part })?;
         }
         self.check_consistency(comm, tree)?;
         Ok(ShardedLoad {
