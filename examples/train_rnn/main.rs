@@ -42,8 +42,10 @@
 //! `--zero` partitions the optimiser state across the ranks (ZeRO stage 1):
 //! each rank's tree holds the Adam moments of its own slice of the
 //! parameters only, the gradients are reduce-scattered, each rank steps its
-//! slice and the parameters are all-gathered. Checkpoints hold the whole
-//! moments (gathered to rank 0) and resume in either mode. The output
+//! slice and the parameters are all-gathered. A `--save FILE` gathers the
+//! whole moments to rank 0; `--save-dir` has each rank write its slice of
+//! them as whole tensors under `optimizer.safetensors.index.json`, beside
+//! the parameters' shards, with no gather. Both resume in either mode. The output
 //! names the moments' bytes on every rank, and ends with digests of the
 //! parameters and of the moments that the replicated mode prints too (and,
 //! in the replicated mode only, the digest of the replicated state:

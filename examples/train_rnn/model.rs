@@ -33,8 +33,8 @@ use std::time::Duration;
 
 use scopetree::checkpoint::SaveOptions;
 use scopetree::ranks::{
-    self, AsyncSaver, CheckpointManager, Collective, PlanOptions, Reduce, SingleProcess, SyncPlan,
-    Watch,
+    self, AsyncSaver, CheckpointManager, Collective, PlanOptions, Reduce, SingleProcess,
+    SlicedState, SyncPlan, Watch,
 };
 use scopetree::{ScopeId, ScopeTree, StepScopes, StepVar, VarId, WorkerScope};
 
@@ -528,8 +528,17 @@ impl Trainer {
         } else {
             replicated_key
         };
-        let state_opts = plan_options(&cfg).filter(state_key).scratch(gradient_key);
+        let mut state_opts = plan_options(&cfg).filter(state_key).scratch(gradient_key);
+        if cfg.zero {
+            // The moments, sliced as the gradients are: distributed saves
+            // write each rank's slice, whole tensors under their own index.
+            let moments = SlicedState::new(optim, ["@M", "@V"]).of(param_key);
+            state_opts = state_opts.sliced_state(moments);
+        }
         let mut state_plan = SyncPlan::new(&*world, &tree, root, &state_opts)?;
+        if cfg.zero && state_plan.state_partition() != Some(grad_plan.partition()) {
+            return Err("the moments are partitioned unlike the gradients".into());
+        }
         state_plan.broadcast(&*world, &mut tree, 0)?;
         Ok(Trainer {
             cfg,
@@ -639,26 +648,20 @@ impl Trainer {
     /// When a shard, the index or the pointer cannot be written (on every
     /// rank); the previous checkpoint stays the latest.
     ///
-    /// With `cfg.zero` the moments are first gathered, as [`save`](Self::save)
-    /// does, so both modes write the same checkpoint.
+    /// With `cfg.zero` each rank's slice of the moments goes into the
+    /// moments' own shards (`optimizer-*.safetensors`), only the pieces of
+    /// the tensors two slices split moving between ranks; either mode
+    /// resumes from either layout.
     pub fn save_managed(&mut self, manager: &CheckpointManager) -> Result<PathBuf, Error> {
         self.tree.set(self.step, vec![self.updates])?;
         let step = self.updates;
-        if self.cfg.zero {
-            self.with_whole_moments(|t| {
-                let mut full = t.checkpoint_plan()?;
-                manager.save(&*t.world, &mut full, &t.tree, step, &SaveOptions::new())?;
-                Ok(())
-            })?;
-        } else {
-            manager.save(
-                &*self.world,
-                &mut self.state_plan,
-                &self.tree,
-                step,
-                &SaveOptions::new(),
-            )?;
-        }
+        manager.save(
+            &*self.world,
+            &mut self.state_plan,
+            &self.tree,
+            step,
+            &SaveOptions::new(),
+        )?;
         Ok(manager.step_dir(step))
     }
 
@@ -677,29 +680,14 @@ impl Trainer {
     ) -> Result<PathBuf, Error> {
         self.tree.set(self.step, vec![self.updates])?;
         let step = self.updates;
-        if self.cfg.zero {
-            self.with_whole_moments(|t| {
-                let mut full = t.checkpoint_plan()?;
-                saver.save_managed(
-                    &*t.world,
-                    manager,
-                    &mut full,
-                    &t.tree,
-                    step,
-                    &SaveOptions::new(),
-                )?;
-                Ok(())
-            })?;
-        } else {
-            saver.save_managed(
-                &*self.world,
-                manager,
-                &mut self.state_plan,
-                &self.tree,
-                step,
-                &SaveOptions::new(),
-            )?;
-        }
+        saver.save_managed(
+            &*self.world,
+            manager,
+            &mut self.state_plan,
+            &self.tree,
+            step,
+            &SaveOptions::new(),
+        )?;
         Ok(manager.step_dir(step))
     }
 
@@ -721,14 +709,7 @@ impl Trainer {
     /// does not match this model (then nothing changed), on every rank.
     pub fn resume_latest(&mut self, dir: &Path) -> Result<PathBuf, Error> {
         let manager = CheckpointManager::new(dir, 1)?;
-        let found = if self.cfg.zero {
-            self.with_whole_moments(|t| {
-                let mut full = t.checkpoint_plan()?;
-                Ok(manager.load_latest(&*t.world, &mut full, &mut t.tree)?)
-            })?
-        } else {
-            manager.load_latest(&*self.world, &mut self.state_plan, &mut self.tree)?
-        };
+        let found = manager.load_latest(&*self.world, &mut self.state_plan, &mut self.tree)?;
         let Some((step, _)) = found else {
             return Err(format!("{} holds no complete checkpoint", dir.display()).into());
         };

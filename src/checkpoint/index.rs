@@ -29,10 +29,21 @@ pub(crate) const SAVE_ID: &str = "scopetree_save_id";
 /// read.
 pub(crate) const CHECKSUM_PREFIX: &str = "scopetree_xxh3/";
 
+/// The index, beside [`INDEX_FILE`], of the optimizer state that ranks
+/// sliced across them (ZeRO): the same layout, its shards
+/// named by [`shard_file`] with the stem `optimizer`.
+pub(crate) const OPTIMIZER_INDEX_FILE: &str = "optimizer.safetensors.index.json";
+
 /// The name of shard `k` (from 1) of `n`, as the Hugging Face tools write
 /// it: `model-00001-of-00004.safetensors`. O(1).
 pub(crate) fn shard_name(k: usize, n: usize) -> String {
-    format!("model-{k:05}-of-{n:05}.safetensors")
+    shard_file("model", k, n)
+}
+
+/// The name of shard `k` (from 1) of `n` with the file stem `stem`:
+/// `{stem}-00001-of-00004.safetensors`. O(1).
+pub(crate) fn shard_file(stem: &str, k: usize, n: usize) -> String {
+    format!("{stem}-{k:05}-of-{n:05}.safetensors")
 }
 
 /// A read index: its names with their shards, in the index's order.

@@ -88,10 +88,13 @@ pub use element::Element;
 pub use error::{BadFile, BadIndex, Error, Mismatch, NotTensor};
 pub(crate) use float_convert::is_convertible_float;
 pub use header::FileTensor;
-pub(crate) use index::{CHECKSUM_PREFIX, INDEX_FILE, SAVE_ID, index_json, shard_name};
+pub(crate) use index::{
+    CHECKSUM_PREFIX, INDEX_FILE, OPTIMIZER_INDEX_FILE, SAVE_ID, index_json, shard_file, shard_name,
+};
 pub use load::{DtypePolicy, LoadOptions, LoadReport};
 pub use save::{DEFAULT_MAX_SHARD_SIZE, SaveOptions, SaveReport};
-pub(crate) use save::{Staged, new_save_id, write_atomic, write_tensors};
+pub(crate) use save::{Staged, new_save_id, sync_file, write_atomic, write_tensors};
+pub(crate) use source::{Opened, open as open_checkpoint};
 pub use tensor::Tensor;
 
 use crate::sharing::VariableStore;
@@ -308,29 +311,6 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Vec<FileTensor>, Error> {
         .into_iter()
         .map(|(_, t)| t)
         .collect())
-}
-
-/// The checksums a checkpoint's files carry for its tensors (see
-/// [`CHECKSUM_PREFIX`]), by tensor key, with the file that holds each:
-/// `(checksum text, file shown)`. Tensors without one are absent. Reads
-/// the headers and the index only. O(headers + index).
-pub(crate) fn checksums(
-    path: &Path,
-) -> Result<rustc_hash::FxHashMap<String, (String, String)>, Error> {
-    let opened = source::open(path)?;
-    let mut out = rustc_hash::FxHashMap::default();
-    for (part, t) in opened.tensors {
-        let part = &opened.parts[part];
-        let sum = part
-            .metadata
-            .as_ref()
-            .and_then(|m| m.get(&format!("{CHECKSUM_PREFIX}{}", t.key)));
-        if let Some(sum) = sum {
-            let file = crate::short::path(&part.path.to_string_lossy());
-            out.insert(t.key, (sum.clone(), file));
-        }
-    }
-    Ok(out)
 }
 
 /// Saves every variable of `scope` and below it as a sharded checkpoint in

@@ -530,3 +530,11 @@ fn set_permissions(path: &Path, old: Option<std::fs::Permissions>) -> Result<(),
     };
     std::fs::set_permissions(path, perms).map_err(Error::io(&shown))
 }
+
+/// Flushes the file at `path` to the disk, so that an index written
+/// after it never names bytes a power loss can take back. O(the file's dirty pages).
+pub(crate) fn sync_file(path: &Path) -> Result<(), Error> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(Error::io(&path.to_string_lossy()))
+}

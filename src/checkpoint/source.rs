@@ -190,3 +190,44 @@ fn open_index(index_path: &Path) -> Result<Opened, Error> {
         unassigned,
     })
 }
+
+impl Opened {
+    /// Reads the bytes of tensor `i` (a position in
+    /// [`tensors`](Self::tensors)), as the file holds them, into `into`,
+    /// which must be exactly as long. O(its bytes).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file cannot be read (a file cut short) or
+    /// `into` is not the tensor's length.
+    pub(crate) fn read_into(&self, i: usize, into: &mut [u8]) -> Result<(), Error> {
+        use std::io::{Read, Seek, SeekFrom};
+        let (part, t) = &self.tensors[i];
+        let part = &self.parts[*part];
+        let shown = part.path.to_string_lossy();
+        let io = Error::io(&shown);
+        if t.end - t.begin != into.len() as u64 {
+            let problem = format!(
+                "tensor `{}` holds {} bytes, {} asked for",
+                short::name(&t.key),
+                t.end - t.begin,
+                into.len()
+            );
+            return Err(io(std::io::Error::other(problem)));
+        }
+        let mut file = &part.file;
+        file.seek(SeekFrom::Start(part.data_start + t.begin))
+            .map_err(Error::io(&shown))?;
+        file.read_exact(into).map_err(io)
+    }
+
+    /// The checksum text the file of tensor `i` carries for it (see
+    /// [`CHECKSUM_PREFIX`](super::index::CHECKSUM_PREFIX)), with that
+    /// file's path, if any. O(1) plus a hash lookup.
+    pub(crate) fn checksum(&self, i: usize) -> Option<(&str, &Path)> {
+        let (part, t) = &self.tensors[i];
+        let part = &self.parts[*part];
+        let key = format!("{}{}", super::index::CHECKSUM_PREFIX, t.key);
+        let sum = part.metadata.as_ref()?.get(&key)?;
+        Some((sum.as_str(), part.path.as_path()))
+    }
+}

@@ -15,10 +15,11 @@ use super::collective::Collective;
 use super::error::Error;
 use super::manager::CheckpointManager;
 use super::plan::SyncPlan;
-use super::shards::{Prepared, ShardedSave, publish, sync_file};
+use super::shards::{Prepared, ShardedSave, publish};
+use super::state_shards::StateFile;
 use super::watchdog::Watch;
 use crate::ScopeTree;
-use crate::checkpoint::{self, Dtype, SaveOptions, Staged, write_tensors};
+use crate::checkpoint::{self, Dtype, SaveOptions, Staged, sync_file, write_tensors};
 
 /// What the background thread writes: this rank's tensors, staged.
 struct Shard {
@@ -31,9 +32,40 @@ struct Shard {
     path: PathBuf,
 }
 
+/// What the background thread writes: this rank's shards, staged.
+struct Shards {
+    /// The parameters' shard, if this rank writes one.
+    model: Option<Shard>,
+    /// The sliced state's shard, if this rank writes one, with its buffers
+    /// and directory.
+    state: Option<(StateFile, Vec<Vec<u8>>, PathBuf)>,
+    /// The state's buffers when this rank writes no state shard (kept for
+    /// the next save).
+    spare_state: Vec<Vec<u8>>,
+}
+
+impl Shards {
+    /// Writes the shards, the parameters' first; hands the buffers back
+    /// for the next save.
+    fn write(self) -> Written {
+        let (model, written) = match self.model {
+            Some(shard) => shard.write(),
+            None => (Vec::new(), Ok(())),
+        };
+        let (state, written) = match self.state {
+            Some((file, buffers, dir)) => {
+                let w = written.and_then(|()| file.write(&dir, &buffers));
+                (buffers, w)
+            }
+            None => (self.spare_state, written),
+        };
+        ((model, state), written)
+    }
+}
+
 impl Shard {
     /// Writes the shard; hands the buffers back for the next save.
-    fn write(self) -> Written {
+    fn write(self) -> (Vec<Vec<u8>>, Result<(), checkpoint::Error>) {
         let staged: Vec<Staged<'_>> = self
             .tensors
             .iter()
@@ -52,9 +84,9 @@ impl Shard {
     }
 }
 
-/// What the background writer hands back: the staging buffers, and how the
-/// write went.
-type Written = (Vec<Vec<u8>>, Result<(), checkpoint::Error>);
+/// What the background writer hands back: the staging buffers (the
+/// parameters' and the state's), and how the writes went.
+type Written = ((Vec<Vec<u8>>, Vec<Vec<u8>>), Result<(), checkpoint::Error>);
 
 /// A save whose shard is being written.
 struct Pending {
@@ -113,8 +145,12 @@ pub struct AsyncSaver {
     /// Staging buffers, one per tensor of this rank's last shard (with the
     /// writer while a save is under way).
     spare: Vec<Vec<u8>>,
+    /// Staging buffers of the sliced state's tensors this rank holds.
+    spare_state: Vec<Vec<u8>>,
     /// Their capacity in bytes, as of the last staging.
     staging: usize,
+    /// The state's buffers' capacity in bytes, as of the last staging.
+    staging_state: usize,
     pending: Option<Pending>,
 }
 
@@ -149,13 +185,14 @@ impl AsyncSaver {
     }
 
     /// The bytes of staging memory this rank holds (its part of the last
-    /// save, kept for the next). O(buffers).
+    /// save, and the whole [sliced-state](super::SlicedState) tensors it
+    /// wrote, kept for the next). O(1).
     ///
     /// ```
     /// assert_eq!(scopetree::ranks::AsyncSaver::new().staging_bytes(), 0);
     /// ```
     pub fn staging_bytes(&self) -> usize {
-        self.staging
+        self.staging + self.staging_state
     }
 
     /// Starts a save of `plan`'s variables into `dir`, laid out as
@@ -244,14 +281,52 @@ impl AsyncSaver {
         self.wait(comm)?;
         let _watch = plan.watch(comm, "starting a save beside training");
         let prepared = plan.prepare_save(comm, tree, dir, opts, "starting a save")?;
-        let report = prepared.report();
+        let mut report = prepared.report();
         let range = prepared.my_range();
-        let (writer, staged) = match prepared.mine {
-            None => (None, Ok(())),
-            Some(_) => match self.stage(plan, tree, &prepared, range, opts, dir, &report) {
-                Ok(shard) => (Some(std::thread::spawn(move || shard.write())), Ok(())),
-                Err(e) => (None, Err(e)),
-            },
+        // The state first: gathering its split tensors is collective.
+        let mut state_buffers = std::mem::take(&mut self.spare_state);
+        let state = match &prepared.state {
+            Some(st) => plan.stage_state(comm, tree, st, &prepared.save_id, &mut state_buffers)?,
+            None => None,
+        };
+        if let Some(file) = &state {
+            report.state_shard = Some(file.name.clone());
+            report.state_keys = file.tensors.iter().map(|t| t.0.clone()).collect();
+            report.state_bytes = (state_buffers.iter().take(file.tensors.len()))
+                .map(|b| b.len() as u64)
+                .sum();
+        }
+        self.staging_state = state_buffers.iter().map(Vec::capacity).sum();
+        let model = match prepared.mine {
+            None => Ok(None),
+            Some(_) => self
+                .stage(plan, tree, &prepared, range, opts, dir, &report)
+                .map(Some),
+        };
+        let (writer, staged) = match model {
+            Err(e) => {
+                self.spare_state = state_buffers;
+                (None, Err(e))
+            }
+            Ok(None) if state.is_none() => {
+                self.spare_state = state_buffers;
+                (None, Ok(()))
+            }
+            Ok(model) => {
+                let shards = match state {
+                    Some(file) => Shards {
+                        model,
+                        state: Some((file, state_buffers, dir.to_owned())),
+                        spare_state: Vec::new(),
+                    },
+                    None => Shards {
+                        model,
+                        state: None,
+                        spare_state: state_buffers,
+                    },
+                };
+                (Some(std::thread::spawn(move || shards.write())), Ok(()))
+            }
         };
         self.pending = Some(Pending {
             writer,
@@ -331,8 +406,11 @@ impl AsyncSaver {
         let written = match pending.writer {
             None => pending.staged,
             Some(writer) => match writer.join() {
-                Ok((buffers, written)) => {
-                    self.spare = buffers;
+                Ok(((buffers, state), written)) => {
+                    if !buffers.is_empty() {
+                        self.spare = buffers;
+                    }
+                    self.spare_state = state;
                     written.map_err(Error::from)
                 }
                 Err(_) => {

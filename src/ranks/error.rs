@@ -191,6 +191,24 @@ pub enum Error {
         file: String,
     },
 
+    /// A rank's tree does not hold the [sliced state](super::SlicedState)
+    /// its plan's partition gives it: a piece missing, of another type or
+    /// length, or held for a piece the rank does not own.
+    #[error(
+        "sliced state `{}` of scope `{}`: {reason}; hold exactly the pieces of \
+         SyncPlan::state_partition for this rank",
+        short::name(key),
+        short::path(scope)
+    )]
+    BadState {
+        /// The state variable's key, relative to the state's scope.
+        key: String,
+        /// The state's scope.
+        scope: String,
+        /// What is wrong.
+        reason: String,
+    },
+
     /// A manifest received from another rank could not be read (ranks
     /// running different builds of the program).
     #[error(

@@ -83,6 +83,20 @@ pub(crate) struct Bound {
 }
 
 impl Manifest {
+    /// The manifest of the entries whose keys `keep` keeps, in order, with
+    /// their positions in this one. O(entries).
+    pub(crate) fn subset(&self, keep: &dyn Fn(&str) -> bool) -> (Manifest, Vec<usize>) {
+        let (at, entries): (Vec<usize>, Vec<ManifestEntry>) = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| keep(&e.key))
+            .map(|(i, e)| (i, e.clone()))
+            .unzip();
+        let scope = self.scope.clone();
+        (Manifest { scope, entries }, at)
+    }
+
     /// The manifest of every variable of `scope` and its named descendants.
     /// O(variables × depth) for the names, plus a sort.
     ///

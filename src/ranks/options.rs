@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::sliced::SlicedState;
 use super::watchdog::DEFAULT_TIMEOUT;
 use crate::checkpoint::Filter;
 
@@ -44,6 +45,7 @@ pub struct PlanOptions {
     pub(super) filter: Option<Filter>,
     pub(super) scratch: Option<Filter>,
     pub(super) timeout: Option<Duration>,
+    pub(super) sliced: Option<SlicedState>,
 }
 
 impl std::fmt::Debug for PlanOptions {
@@ -53,6 +55,7 @@ impl std::fmt::Debug for PlanOptions {
             .field("filter", &self.filter.is_some())
             .field("scratch", &self.scratch.is_some())
             .field("timeout", &self.timeout)
+            .field("sliced", &self.sliced)
             .finish()
     }
 }
@@ -76,6 +79,7 @@ impl PlanOptions {
             filter: None,
             scratch: None,
             timeout: Some(DEFAULT_TIMEOUT),
+            sliced: None,
         }
     }
 
@@ -138,6 +142,28 @@ impl PlanOptions {
     #[must_use]
     pub fn scratch(mut self, is_scratch: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
         self.scratch = Some(std::sync::Arc::new(is_scratch));
+        self
+    }
+
+    /// Optimizer state that the ranks hold sliced (ZeRO stage 1), saved and
+    /// loaded with the plan's variables: see [`SlicedState`]. The plan's
+    /// [`state_partition`](super::SyncPlan::state_partition) says which
+    /// piece of each tensor each rank holds;
+    /// [`save_shards`](super::SyncPlan::save_shards) writes the state as
+    /// whole tensors under an index of its own, and
+    /// [`load_shards`](super::SyncPlan::load_shards) cuts it again for the
+    /// loading ranks. O(1).
+    ///
+    /// ```
+    /// use scopetree::{ScopeTree, ranks::{PlanOptions, SlicedState}};
+    /// let mut tree = ScopeTree::new();
+    /// let optim = tree.new_named_scope(tree.root(), "optim")?;
+    /// let opts = PlanOptions::new().sliced_state(SlicedState::new(optim, ["@M", "@V"]));
+    /// assert!(format!("{opts:?}").contains("@M"));
+    /// # Ok::<(), scopetree::Error>(())
+    /// ```
+    pub fn sliced_state(mut self, state: SlicedState) -> Self {
+        self.sliced = Some(state);
         self
     }
 

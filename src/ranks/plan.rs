@@ -17,6 +17,7 @@ use super::manifest::{Bound, Manifest, bind, bind_store};
 use super::options::{PlanOptions, Reduce};
 use super::partition::Partition;
 use super::scatter::ZeroBuffers;
+use super::sliced::StateLayout;
 use super::values::{InTree, Slot};
 use super::watchdog::Watch;
 use crate::checkpoint::{Dtype, Filter};
@@ -73,6 +74,8 @@ pub struct SyncPlan {
     pub(super) first_not_float: Option<usize>,
     /// Each rank's slice of the variables (ZeRO stage 1).
     pub(super) partition: Partition,
+    /// The optimizer state the ranks hold sliced, if any.
+    pub(super) state: Option<StateLayout>,
     /// The buffers of the partitioned exchange, made by its first call.
     pub(super) zero: ZeroBuffers,
     f32s: Lane<f32>,
@@ -175,8 +178,14 @@ impl SyncPlan {
             })
             .collect();
         let partition = Partition::new(&bound.manifest, comm.size())?;
+        let state = opts
+            .sliced
+            .clone()
+            .map(|spec| StateLayout::new(spec, &bound.manifest, comm.size()))
+            .transpose()?;
         Ok(Self {
             partition,
+            state,
             zero: ZeroBuffers::default(),
             first_not_float: slots
                 .iter()
@@ -237,6 +246,31 @@ impl SyncPlan {
     /// ```
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
+    }
+
+    /// The partition of the plan's [sliced state](super::SlicedState)
+    /// across the ranks: rank `r` holds, for each of its
+    /// [`pieces`](Partition::pieces), that piece of every state tensor of
+    /// the variable the piece names (an index among the variables that
+    /// carry state, in manifest order). It equals
+    /// [`partition`](Self::partition) when every variable carries state.
+    /// `None` without sliced state. O(1).
+    ///
+    /// ```
+    /// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SlicedState, SyncPlan}};
+    /// let mut tree = ScopeTree::new();
+    /// let w = tree.var(tree.root(), "w")?;
+    /// tree.set(w, vec![0.0_f32; 4])?;
+    /// let plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+    /// assert!(plan.state_partition().is_none());
+    /// let state = SlicedState::new(tree.root(), ["@M"]);
+    /// let opts = PlanOptions::new().sliced_state(state);
+    /// let plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &opts)?;
+    /// assert_eq!(plan.state_partition(), Some(plan.partition()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn state_partition(&self) -> Option<&Partition> {
+        self.state.as_ref().map(|s| &s.partition)
     }
 
     /// The synchronised scope. O(1).

@@ -16,11 +16,14 @@ use super::checksum::hash_bytes;
 use super::collective::{Collective, DIGEST_BYTES};
 use super::error::Error;
 use super::plan::SyncPlan;
+use super::slices::scatter_whole;
+use super::state_shards::{Files, PreparedState};
 use super::values::{InTree, Slot};
 use crate::ScopeTree;
 use crate::checkpoint::{
-    self, CHECKSUM_PREFIX, Dtype, INDEX_FILE, LoadOptions, SAVE_ID, SaveOptions, Separator,
-    index_json, is_convertible_float, new_save_id, shard_name, write_atomic,
+    self, CHECKSUM_PREFIX, Dtype, INDEX_FILE, LoadOptions, OPTIMIZER_INDEX_FILE, SAVE_ID,
+    SaveOptions, Separator, index_json, is_convertible_float, new_save_id, shard_name, sync_file,
+    write_atomic,
 };
 
 /// The longest save id a save broadcasts (its ids are about 30 bytes).
@@ -53,6 +56,13 @@ pub struct ShardedSave {
     pub keys: Vec<String>,
     /// The tensor bytes of this rank's shard, as written.
     pub bytes: u64,
+    /// The shard of [sliced state](super::SlicedState) this rank wrote, if
+    /// any (`optimizer-0000k-of-0000N.safetensors`).
+    pub state_shard: Option<String>,
+    /// The keys of this rank's state shard, in key order.
+    pub state_keys: Vec<String>,
+    /// The bytes of this rank's state shard.
+    pub state_bytes: u64,
 }
 
 /// What one rank did in a [`SyncPlan::load_shards`].
@@ -77,6 +87,11 @@ pub struct ShardedLoad {
     pub keys: Vec<String>,
     /// The tensor bytes this rank read.
     pub bytes: u64,
+    /// The [sliced state](super::SlicedState)'s tensors this rank read
+    /// whole (it sent the other ranks their pieces), in key order.
+    pub state_keys: Vec<String>,
+    /// Their bytes.
+    pub state_bytes: u64,
 }
 
 /// Cuts items of `sizes` bytes, in order, into at most `parts` contiguous
@@ -140,6 +155,8 @@ pub(super) struct Prepared {
     pub(super) sizes: Vec<u64>,
     /// Their keys.
     pub(super) keys: Vec<String>,
+    /// The sliced state's tensors and shards, if the plan has any.
+    pub(super) state: Option<PreparedState>,
 }
 
 impl Prepared {
@@ -158,17 +175,9 @@ impl Prepared {
             mine: self.mine.map(|k| self.shards[k].clone()),
             keys: self.keys[range.clone()].to_vec(),
             bytes: self.sizes[range].iter().sum(),
+            ..ShardedSave::default()
         }
     }
-}
-
-/// Flushes the file at `path` to the disk, so that the index, written
-/// once every rank's shard is flushed, never names bytes a power loss can
-/// take back. O(the file's dirty pages).
-pub(super) fn sync_file(path: &Path) -> Result<(), checkpoint::Error> {
-    std::fs::File::open(path)
-        .and_then(|f| f.sync_all())
-        .map_err(checkpoint::Error::io(&path.to_string_lossy()))
 }
 
 /// The end of a save on every rank: the ranks exchange the outcome of
@@ -196,7 +205,19 @@ pub(super) fn publish<C: Collective + ?Sized>(
             .collect();
         let total = prepared.sizes.iter().sum();
         let text = index_json(&entries, total, &prepared.save_id);
-        write_atomic(&dir.join(INDEX_FILE), text.as_bytes()).map_err(Error::from)
+        // The state's index first: the parameters' index, last, makes the
+        // checkpoint visible.
+        let state = prepared.state.as_ref().map_or(Ok(()), |st| {
+            let entries: Vec<(&str, &str)> = (st.bound.tensors.iter())
+                .zip(&st.shard_of)
+                .map(|(t, &k)| (t.key.as_str(), st.shards[k].as_str()))
+                .collect();
+            let text = index_json(&entries, st.total, &prepared.save_id);
+            write_atomic(&dir.join(OPTIMIZER_INDEX_FILE), text.as_bytes())
+        });
+        state
+            .and_then(|()| write_atomic(&dir.join(INDEX_FILE), text.as_bytes()))
+            .map_err(Error::from)
     } else {
         Ok(())
     };
@@ -244,28 +265,6 @@ impl SyncPlan {
         Ok(out)
     }
 
-    /// Checks the bytes just read into the variables at `indices` against
-    /// the checksums the checkpoint's files carry for them (tensors without
-    /// one, from other writers, pass). O(headers + bytes of those
-    /// variables).
-    fn verify(&self, tree: &ScopeTree, dir: &Path, indices: &[usize]) -> Result<(), Error> {
-        let sums = checkpoint::checksums(dir)?;
-        for &i in indices {
-            let key = &self.manifest().entries()[i].key;
-            let Some((sum, file)) = sums.get(key.as_str()) else {
-                continue;
-            };
-            let got = format!("{:032x}", hash_bytes(self.slot_bytes(tree, i)?));
-            if &got != sum {
-                return Err(Error::Corrupted {
-                    key: key.clone(),
-                    file: file.clone(),
-                });
-            }
-        }
-        Ok(())
-    }
-
     /// Saves the plan's variables into the directory `dir` as a Hugging
     /// Face sharded checkpoint, every rank writing one shard in parallel: the
     /// variables (less [scratch](super::PlanOptions::scratch)), in key
@@ -282,6 +281,16 @@ impl SyncPlan {
     /// `transformers` and Python's `safetensors` read the shards as they
     /// are; [`load_shards`](Self::load_shards) reads them at any number of
     /// ranks.
+    ///
+    /// With [sliced state](super::SlicedState)
+    /// ([`PlanOptions::sliced_state`](super::PlanOptions::sliced_state)),
+    /// the state's tensors are written whole beside the parameters, under
+    /// `optimizer.safetensors.index.json` and its shards
+    /// `optimizer-0000k-of-0000N.safetensors`: each tensor by the rank that
+    /// owns its middle element, which receives the pieces the other ranks
+    /// own of it (only tensors that two slices split move). That index is
+    /// written just before the parameters' index. Memory: the state tensors
+    /// this rank writes, which are its slice give or take the split tensors.
     ///
     /// Keys are the manifest's (`/`-separated); `opts`' separator and
     /// filter are the plan's own, its other options apply
@@ -329,6 +338,11 @@ impl SyncPlan {
         let dir = dir.as_ref();
         let prepared = self.prepare_save(comm, tree, dir, opts, "saving the shards")?;
         let mut saved = prepared.report();
+        let mut buffers = Vec::new();
+        let state = match &prepared.state {
+            Some(st) => self.stage_state(comm, tree, st, &prepared.save_id, &mut buffers)?,
+            None => None,
+        };
         let written = match prepared.mine {
             Some(_) => {
                 let range = prepared.my_range();
@@ -350,6 +364,19 @@ impl SyncPlan {
             }
             None => Ok(()),
         };
+        let written = written.and_then(|()| match &state {
+            Some(file) => {
+                saved.state_shard = Some(file.name.clone());
+                saved.state_keys = file.tensors.iter().map(|t| t.0.clone()).collect();
+                saved.state_bytes = buffers
+                    .iter()
+                    .take(file.tensors.len())
+                    .map(|b| b.len() as u64)
+                    .sum();
+                file.write(dir, &buffers).map_err(Error::from)
+            }
+            None => Ok(()),
+        });
         publish(comm, dir, &prepared, written)?;
         Ok(saved)
     }
@@ -374,6 +401,9 @@ impl SyncPlan {
             .map_err(checkpoint::Error::io(&dir.to_string_lossy()))
             .map_err(Error::from);
         self.check_slots(comm, tree, op, made, floats)?;
+        let (bound, keys) = self.bind_state(tree, comm.rank());
+        let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
+        let bound = settle(comm, &mut gathered, op, bound, Some(keys))?;
 
         // Rank 0 names the save; every rank stamps its shard with the name.
         let mut id = [0_u8; SAVE_ID_BYTES];
@@ -404,6 +434,7 @@ impl SyncPlan {
             indices,
             sizes,
             keys,
+            state: bound.map(|b| self.prepare_state(b, comm.size(), comm.rank())),
         })
     }
 
@@ -447,8 +478,21 @@ impl SyncPlan {
     /// copy back. O(headers + variables + bytes of this rank's part) read;
     /// memory: this rank's part's old values plus one bucket.
     ///
+    /// With [sliced state](super::SlicedState), each rank also checks that
+    /// its tree holds exactly the pieces the plan's
+    /// [`state_partition`](Self::state_partition) gives it, each state
+    /// tensor is read whole (and its checksum checked) by the rank that
+    /// owns its middle element, before any tree changes, and that rank then
+    /// sends the others their pieces of it: the state of a checkpoint saved
+    /// at N ranks loads at any M, read once in all. The state is found
+    /// under `optimizer.safetensors.index.json`, or among the parameters'
+    /// own tensors when a save held it whole (the replicated mode); in the
+    /// same way a plan that holds the state whole loads it from a sliced
+    /// save.
+    ///
     /// # Errors
-    /// On the rank concerned, the checkpoint's error ([`Error::Checkpoint`]:
+    /// On the rank concerned, [`Error::BadState`] for sliced state that does
+    /// not fit the partition, the checkpoint's error ([`Error::Checkpoint`]:
     /// [`checkpoint::Error::Mismatch`] naming every missing, unexpected and
     /// mismatched tensor, a bad index, a missing or torn shard, an
     /// unreadable file), and on the others [`Error::PeerFailed`]; the trees
@@ -483,8 +527,23 @@ impl SyncPlan {
     ) -> Result<ShardedLoad, Error> {
         let _watch = self.watch(comm, "loading the shards");
         let dir = dir.as_ref();
-        let checked = self.check_file(dir);
-        self.check_slots(comm, tree, "checking the shards", checked, no_argument())?;
+        self.check_slots(comm, tree, "checking the shards", Ok(()), no_argument())?;
+        // Every rank checks every header and its own sliced state before
+        // any rank reads: a checkpoint that does not fit changes nothing.
+        let (bound, same) = self.bind_state(tree, comm.rank());
+        let opened = bound.and_then(|bound| {
+            let files = Files::open(dir)?;
+            self.check_files(dir, &files, bound.as_ref())?;
+            Ok((files, bound))
+        });
+        let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
+        let (files, bound) = settle(
+            comm,
+            &mut gathered,
+            "checking the shards",
+            opened,
+            Some(same),
+        )?;
 
         let (indices, sizes) = self.saved_entries(None);
         let ranges = cut_whole(&sizes, comm.size());
@@ -504,17 +563,30 @@ impl SyncPlan {
         // before it: the other ranks wait in that settle.
         let (old, read) = match old {
             Err(e) => (Vec::new(), Err(e)),
-            Ok(old) if keys.is_empty() => (old, Ok(())),
             Ok(old) => {
-                let wanted: Arc<FxHashSet<String>> = Arc::new(keys.iter().cloned().collect());
-                let opts = LoadOptions::new().filter(move |k| wanted.contains(k));
-                let read = checkpoint::load(tree, self.scope(), dir, &opts)
-                    .map_err(Error::from)
-                    .and_then(|_| self.verify(tree, dir, mine));
+                let read = self.read_part(tree, &files, mine);
                 (old, read)
             }
         };
-        let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
+        // The whole state tensors this rank holds, read and checked.
+        let mut held: Vec<Vec<u8>> = Vec::new();
+        let mut state_keys = Vec::new();
+        let read = read.and_then(|()| {
+            let (Some(layout), Some(bound)) = (&self.state, &bound) else {
+                return Ok(());
+            };
+            held.resize_with(bound.tensors.len(), Vec::new);
+            for (t, tensor) in bound.tensors.iter().enumerate() {
+                if layout.holders[tensor.var] != comm.rank() {
+                    continue;
+                }
+                let e = &self.manifest().entries()[layout.vars[tensor.var]];
+                held[t] = vec![0_u8; e.shape.iter().product::<usize>() * e.dtype.bitsize() / 8];
+                files.read_checked(&tensor.key, &mut held[t])?;
+                state_keys.push(tensor.key.clone());
+            }
+            Ok(())
+        });
         if let Err(err) = settle(comm, &mut gathered, "reading the shards", read, None) {
             // Here or elsewhere, a read failed: every rank puts back what it
             // had (a load that failed here may have written some of it).
@@ -531,11 +603,79 @@ impl SyncPlan {
             let nbytes = part.iter().map(|s| s.nbytes);
             broadcast_values(comm, rank, nbytes, cap, &mut InTree { tree, slots: &part })?;
         }
+        if let (Some(layout), Some(bound)) = (&self.state, &bound) {
+            scatter_whole(comm, tree, layout, self.manifest(), bound, &mut held, cap)?;
+        }
         self.check_consistency(comm, tree)?;
         Ok(ShardedLoad {
             bytes: sizes[ranges[comm.rank()].clone()].iter().sum(),
             keys,
+            state_bytes: held.iter().map(|b| b.len() as u64).sum(),
+            state_keys,
         })
+    }
+
+    /// Reads this rank's part of the plan's variables (`mine`, indices into
+    /// its slots) from whichever of `files` holds each, and checks them
+    /// against the checksums the files carry. O(bytes of the part).
+    fn read_part(&self, tree: &mut ScopeTree, files: &Files, mine: &[usize]) -> Result<(), Error> {
+        let mut by_file: Vec<FxHashSet<String>> = vec![FxHashSet::default(); files.opened.len()];
+        for &i in mine {
+            let key = &self.manifest().entries()[i].key;
+            if let Some((f, _)) = files.find(key) {
+                by_file[f].insert(key.clone());
+            }
+        }
+        for ((path, _), wanted) in files.opened.iter().zip(by_file) {
+            if wanted.is_empty() {
+                continue;
+            }
+            let wanted = Arc::new(wanted);
+            let opts = LoadOptions::new().filter(move |k| wanted.contains(k));
+            checkpoint::load(tree, self.scope(), path, &opts)?;
+        }
+        for &i in mine {
+            let key = &self.manifest().entries()[i].key;
+            files.check(key, self.slot_bytes(tree, i)?)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the files' tensors against the plan's saved variables and its
+    /// sliced state (`bound`): the same keys, dtypes and shapes. O(headers
+    /// + variables).
+    fn check_files(
+        &self,
+        path: &Path,
+        files: &Files,
+        bound: Option<&super::sliced::BoundState>,
+    ) -> Result<(), Error> {
+        let mut file = files.tensors();
+        let state: FxHashSet<&str> = bound
+            .map(|b| b.tensors.iter().map(|t| t.key.as_str()).collect())
+            .unwrap_or_default();
+        // Keys the plan's checkpoints leave out are ignored, as a load
+        // ignores them.
+        let saved = self.saved_keys();
+        file.retain(|t| {
+            state.contains(t.key.as_str()) || saved.as_ref().is_none_or(|keep| keep(&t.key))
+        });
+        let mut mine: Vec<(&str, Dtype, &[usize], bool)> = self
+            .manifest()
+            .entries()
+            .iter()
+            .zip(self.flat())
+            .filter(|(e, _)| !self.is_scratch(&e.key))
+            .map(|(e, flat)| (e.key.as_str(), e.dtype, e.shape.as_slice(), flat))
+            .collect();
+        if let (Some(layout), Some(bound)) = (&self.state, bound) {
+            for t in &bound.tensors {
+                let e = &self.manifest().entries()[layout.vars[t.var]];
+                mine.push((t.key.as_str(), e.dtype, e.shape.as_slice(), true));
+            }
+            mine.sort_by(|a, b| a.0.cmp(b.0));
+        }
+        super::checkpoint::header_fits(path, file, mine.into_iter())
     }
 }
 

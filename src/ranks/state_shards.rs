@@ -1,0 +1,296 @@
+//! The sliced state's part of a sharded checkpoint: in a save, the whole
+//! tensors each rank holds, written as one shard of
+//! `optimizer.safetensors.index.json`'s; in a load, the files the state is
+//! read from (the optimizer index, or the parameters' own files when a
+//! save held the state whole), checked against the plan and read by the
+//! tensors' holders.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use rustc_hash::FxHashMap;
+
+use super::agree::Same;
+use super::checksum::hash_bytes;
+use super::collective::Collective;
+use super::error::Error;
+use super::plan::SyncPlan;
+use super::sliced::BoundState;
+use super::slices::gather_whole;
+use crate::ScopeTree;
+use crate::checkpoint::{
+    self, CHECKSUM_PREFIX, Dtype, INDEX_FILE, OPTIMIZER_INDEX_FILE, Opened, SAVE_ID, Staged,
+    open_checkpoint, shard_file, sync_file, write_tensors,
+};
+
+/// The sliced state of a save under way: its tensors and their shards.
+pub(super) struct PreparedState {
+    pub(super) bound: BoundState,
+    /// Every shard's file name, in order.
+    pub(super) shards: Vec<String>,
+    /// Per tensor (as `bound.tensors`): its shard, an index into `shards`.
+    pub(super) shard_of: Vec<usize>,
+    /// The shard this rank writes, if it holds any tensor.
+    pub(super) mine: Option<usize>,
+    /// The state's bytes in all.
+    pub(super) total: u64,
+}
+
+/// One staged shard of state: its tensors' keys, dtypes and shapes (their
+/// bytes are the staging buffers, in order), its metadata and file name.
+pub(super) struct StateFile {
+    pub(super) tensors: Vec<(String, Dtype, Vec<usize>)>,
+    pub(super) metadata: HashMap<String, String>,
+    pub(super) name: String,
+}
+
+impl StateFile {
+    /// Writes the shard into `dir` from `buffers`, atomically, and flushes
+    /// it to the disk. O(bytes).
+    pub(super) fn write(&self, dir: &Path, buffers: &[Vec<u8>]) -> Result<(), checkpoint::Error> {
+        let staged: Vec<Staged<'_>> = self
+            .tensors
+            .iter()
+            .zip(buffers)
+            .map(|((key, dtype, shape), bytes)| Staged {
+                key,
+                dtype: *dtype,
+                shape,
+                bytes,
+            })
+            .collect();
+        let path = dir.join(&self.name);
+        write_tensors(&staged, None, Some(self.metadata.clone()), &path)?;
+        sync_file(&path)
+    }
+}
+
+/// How a message shows the digest of the state's keys.
+fn show_keys(v: u64) -> String {
+    format!("sliced-state keys {v:016x}")
+}
+
+impl SyncPlan {
+    /// This rank's sliced state bound to `tree` (`None` without sliced
+    /// state), and what the ranks compare so that they list the same
+    /// tensors in the same order. O(variables × suffixes × depth).
+    ///
+    /// # Errors
+    /// As [`StateLayout::bind`](super::sliced::StateLayout::bind).
+    pub(super) fn bind_state(
+        &self,
+        tree: &ScopeTree,
+        rank: usize,
+    ) -> (Result<Option<BoundState>, Error>, Same) {
+        let Some(layout) = &self.state else {
+            return (Ok(None), ("sliced-state keys", 0, show_keys));
+        };
+        let bound = layout.bind(tree, self.manifest(), rank);
+        let keys = bound.as_ref().map_or(0, |b| {
+            let mut all = Vec::new();
+            for t in &b.tensors {
+                all.extend_from_slice(t.key.as_bytes());
+                all.push(0);
+            }
+            hash_bytes(&all) as u64
+        });
+        (bound.map(Some), ("sliced-state keys", keys, show_keys))
+    }
+
+    /// Names the shards of the state bound in `bound` for `ranks` ranks:
+    /// one per rank that holds a tensor, in rank order. O(tensors + ranks).
+    pub(super) fn prepare_state(
+        &self,
+        bound: BoundState,
+        ranks: usize,
+        rank: usize,
+    ) -> PreparedState {
+        let Some(layout) = &self.state else {
+            return PreparedState {
+                bound,
+                shards: Vec::new(),
+                shard_of: Vec::new(),
+                mine: None,
+                total: 0,
+            };
+        };
+        let mut writes = vec![false; ranks];
+        for t in &bound.tensors {
+            writes[layout.holders[t.var]] = true;
+        }
+        let mut shard_of_rank = vec![None; ranks];
+        let mut n = 0;
+        for (r, &w) in writes.iter().enumerate() {
+            if w {
+                shard_of_rank[r] = Some(n);
+                n += 1;
+            }
+        }
+        let shard_of = bound
+            .tensors
+            .iter()
+            .map(|t| shard_of_rank[layout.holders[t.var]].unwrap_or(0))
+            .collect();
+        let total = bound
+            .tensors
+            .iter()
+            .map(|t| {
+                let e = &self.manifest().entries()[layout.vars[t.var]];
+                (e.shape.iter().product::<usize>() * e.dtype.bitsize() / 8) as u64
+            })
+            .sum();
+        PreparedState {
+            bound,
+            shards: (1..=n).map(|k| shard_file("optimizer", k, n)).collect(),
+            shard_of,
+            mine: shard_of_rank[rank],
+            total,
+        }
+    }
+
+    /// Gathers the whole tensors this rank holds into `buffers` and
+    /// describes its shard (`None` on a rank that holds none), stamped
+    /// with `save_id`, `"format": "pt"` and each tensor's checksum. A
+    /// collective call. O(bytes held + bytes of the split tensors'
+    /// pieces).
+    ///
+    /// # Errors
+    /// A failed collective.
+    pub(super) fn stage_state<C: Collective + ?Sized>(
+        &self,
+        comm: &C,
+        tree: &ScopeTree,
+        prepared: &PreparedState,
+        save_id: &str,
+        buffers: &mut Vec<Vec<u8>>,
+    ) -> Result<Option<StateFile>, Error> {
+        let Some(layout) = &self.state else {
+            return Ok(None);
+        };
+        let bound = &prepared.bound;
+        let held = gather_whole(
+            comm,
+            tree,
+            layout,
+            self.manifest(),
+            bound,
+            self.byte_cap(),
+            buffers,
+        )?;
+        let Some(mine) = prepared.mine else {
+            return Ok(None);
+        };
+        let mut metadata = HashMap::new();
+        metadata.insert("format".to_owned(), "pt".to_owned());
+        metadata.insert(SAVE_ID.to_owned(), save_id.to_owned());
+        let mut tensors = Vec::with_capacity(held.len());
+        for (&t, bytes) in held.iter().zip(buffers.iter()) {
+            let key = &bound.tensors[t].key;
+            let e = &self.manifest().entries()[layout.vars[bound.tensors[t].var]];
+            let sum = format!("{:032x}", hash_bytes(bytes));
+            metadata.insert(format!("{CHECKSUM_PREFIX}{key}"), sum);
+            tensors.push((key.clone(), e.dtype, e.shape.clone()));
+        }
+        Ok(Some(StateFile {
+            tensors,
+            metadata,
+            name: prepared.shards[mine].clone(),
+        }))
+    }
+}
+
+/// The index of the optimizer state beside the checkpoint at `path` (a
+/// directory, or its `model.safetensors.index.json`), if there is one.
+/// O(1) file-system calls.
+fn optimizer_index(path: &Path) -> Option<PathBuf> {
+    let dir = if path.is_dir() {
+        path
+    } else if path.file_name().is_some_and(|n| n == INDEX_FILE) {
+        path.parent()?
+    } else {
+        return None;
+    };
+    Some(dir.join(OPTIMIZER_INDEX_FILE)).filter(|p| p.is_file())
+}
+
+/// A checkpoint's files, opened: the parameters' (a file, an index or a
+/// directory) and, beside them, the optimizer state's index if any. The
+/// files stay open, so the bytes read are those checked.
+pub(super) struct Files {
+    /// Each opened checkpoint with the path a load reads it from.
+    pub(super) opened: Vec<(PathBuf, Opened)>,
+    /// Where each tensor is: its file set's position and its own.
+    at: FxHashMap<String, (usize, usize)>,
+}
+
+impl Files {
+    /// Opens the checkpoint at `path` and the optimizer index beside it.
+    /// O(headers + indexes).
+    ///
+    /// # Errors
+    /// The checkpoint layer's: an unreadable file, a bad index, a missing
+    /// or torn shard.
+    pub(super) fn open(path: &Path) -> Result<Self, Error> {
+        let mut opened = vec![(path.to_owned(), open_checkpoint(path)?)];
+        if let Some(index) = optimizer_index(path) {
+            let o = open_checkpoint(&index)?;
+            opened.push((index, o));
+        }
+        let mut at = FxHashMap::default();
+        for (f, (_, o)) in opened.iter().enumerate() {
+            for (i, (_, t)) in o.tensors.iter().enumerate() {
+                at.entry(t.key.clone()).or_insert((f, i));
+            }
+        }
+        Ok(Self { opened, at })
+    }
+
+    /// Every tensor of the files. O(tensors).
+    pub(super) fn tensors(&self) -> Vec<checkpoint::FileTensor> {
+        self.opened
+            .iter()
+            .flat_map(|(_, o)| o.tensors.iter().map(|(_, t)| t.clone()))
+            .collect()
+    }
+
+    /// Where tensor `key` is: the file set's position and the tensor's.
+    /// O(1).
+    pub(super) fn find(&self, key: &str) -> Option<(usize, usize)> {
+        self.at.get(key).copied()
+    }
+
+    /// Reads tensor `key` whole into `into` (exactly its length) and checks
+    /// it against the checksum its file carries, if any. O(its bytes).
+    ///
+    /// # Errors
+    /// [`Error::Corrupted`] when the bytes do not match; the checkpoint
+    /// layer's for a file that cannot be read.
+    pub(super) fn read_checked(&self, key: &str, into: &mut [u8]) -> Result<(), Error> {
+        let Some((f, i)) = self.find(key) else {
+            unreachable!("the files were checked to hold every key read")
+        };
+        let opened = &self.opened[f].1;
+        opened.read_into(i, into)?;
+        self.check(key, into)
+    }
+
+    /// Checks `bytes` against the checksum the files carry for `key`, if
+    /// any. O(bytes).
+    ///
+    /// # Errors
+    /// [`Error::Corrupted`] when they do not match.
+    pub(super) fn check(&self, key: &str, bytes: &[u8]) -> Result<(), Error> {
+        let Some((f, i)) = self.find(key) else {
+            return Ok(());
+        };
+        match self.opened[f].1.checksum(i) {
+            Some((sum, file)) if format!("{:032x}", hash_bytes(bytes)) != sum => {
+                Err(Error::Corrupted {
+                    key: key.to_owned(),
+                    file: crate::short::path(&file.to_string_lossy()),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}
