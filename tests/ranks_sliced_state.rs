@@ -484,3 +484,32 @@ fn an_async_save_writes_the_sliced_state_it_started_with() -> R {
     }
     Ok(())
 }
+
+#[test]
+fn pieces_move_in_chunks_of_a_bucket() -> R {
+    // Buckets of 8 and 12 bytes: every split tensor's pieces move in
+    // several broadcasts, at the save and at the load.
+    let dir = tempfile::tempdir()?;
+    run(3, |w: &ThreadRank| {
+        let mut m = model(param_value);
+        let o = opts(&m).bucket_bytes(8);
+        let mut plan = SyncPlan::new(w, &m.tree, m.model, &o)?;
+        pieces(&mut m, &plan, w.rank(), state_value);
+        plan.save_shards(w, &m.tree, dir.path(), &Default::default())
+    })
+    .into_iter()
+    .collect::<Result<Vec<_>, _>>()?;
+    let outcomes = run(2, |w: &ThreadRank| {
+        let mut m = model(|_, _| 0.0);
+        let o = opts(&m).bucket_bytes(12);
+        let mut plan = SyncPlan::new(w, &m.tree, m.model, &o).expect("a plan");
+        pieces(&mut m, &plan, w.rank(), |_, _, _| 9.0);
+        let got = plan.load_shards(w, &mut m.tree, dir.path()).map(|_| ());
+        (got, held(&m, &plan, w.rank()), expected(&plan, w.rank()))
+    });
+    for (rank, (got, after, want)) in outcomes.into_iter().enumerate() {
+        got.map_err(|e| format!("rank {rank}: {e}"))?;
+        assert_eq!(after, want, "rank {rank}");
+    }
+    Ok(())
+}
