@@ -797,6 +797,131 @@ fn every_rank_writes_a_shard_and_any_number_of_ranks_loads(world: &World) -> Che
     Ok(())
 }
 
+/// A scope `model` of parameters `a` (f32 [40]), `b` (f64 [9]), `c` (f32
+/// [3]) and, under `model/optim`, this rank's pieces of their `@M` and `@V`
+/// (by the plan's `state_partition`), set from `value(param, suffix,
+/// element)`. Returns the tree, the plan and the pieces' values read back.
+fn sliced_model<C: Collective>(
+    comm: &C,
+    bucket: usize,
+    param: f64,
+    value: &dyn Fn(usize, usize, usize) -> f64,
+) -> Result<(ScopeTree, SyncPlan), Error> {
+    use scopetree::ranks::SlicedState;
+    const PARAMS: [(&str, usize, bool); 3] = [("a", 40, false), ("b", 9, true), ("c", 3, false)];
+    let mut tree = ScopeTree::new();
+    let model = tree.new_named_scope(tree.root(), "model")?;
+    let optim = tree.new_named_scope(model, "optim")?;
+    for (p, &(key, n, wide)) in PARAMS.iter().enumerate() {
+        let v = tree.var(model, key)?;
+        let xs = (0..n).map(|e| param + p as f64 + e as f64);
+        if wide {
+            tree.set(v, xs.collect::<Vec<f64>>())?;
+        } else {
+            tree.set(v, xs.map(|x| x as f32).collect::<Vec<f32>>())?;
+        }
+    }
+    let opts = PlanOptions::new()
+        .bucket_bytes(bucket)
+        .filter(|k| !k.starts_with("optim/"))
+        .sliced_state(SlicedState::new(optim, ["@M", "@V"]));
+    let plan = SyncPlan::new(comm, &tree, model, &opts)?;
+    let part = plan
+        .state_partition()
+        .cloned()
+        .unwrap_or_else(|| unreachable!());
+    for piece in part.pieces(comm.rank()) {
+        let (key, _, wide) = PARAMS[piece.var];
+        for (s, suffix) in ["@M", "@V"].iter().enumerate() {
+            let v = tree.var(optim, format!("{key}{suffix}"))?;
+            let xs = piece.elems().map(|e| value(piece.var, s, e));
+            if wide {
+                tree.set(v, xs.collect::<Vec<f64>>())?;
+            } else {
+                tree.set(v, xs.map(|x| x as f32).collect::<Vec<f32>>())?;
+            }
+        }
+    }
+    Ok((tree, plan))
+}
+
+/// Every value of `model/optim` (each piece's elements, as f64) and of the
+/// parameters, in key order.
+fn all_values(tree: &ScopeTree) -> Vec<(String, Vec<f64>)> {
+    let mut out = Vec::new();
+    let model = tree.kid(tree.root(), "model").ok().flatten();
+    let optim = model.and_then(|m| tree.kid(m, "optim").ok().flatten());
+    for scope in [model, optim].into_iter().flatten() {
+        for (name, v) in tree.local_vars(scope).into_iter().flatten() {
+            let xs = match tree.get::<Vec<f32>>(v) {
+                Ok(x) => x.iter().map(|&x| f64::from(x)).collect(),
+                Err(_) => tree.get::<Vec<f64>>(v).cloned().unwrap_or_default(),
+            };
+            out.push((name.to_string(), xs));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+fn zero_state_saved_at_n_ranks_loads_at_any_number(world: &World) -> Check {
+    use mpi::topology::Color;
+    let s = |e: Error| e.to_string();
+    let dir = shared_dir(world).map_err(s)?.join("sliced");
+    let (me, n) = (rank(world), size(world));
+    let truth = |p: usize, sfx: usize, e: usize| (p * 1000 + sfx * 100 + e) as f64 + 0.5;
+    // Saved with buckets of 12 bytes: the split tensors' pieces move in
+    // several broadcasts.
+    let (tree, mut plan) = sliced_model(world, 12, 1.0, &truth).map_err(s)?;
+    let saved = plan
+        .save_shards(world, &tree, &dir, &SaveOptions::new())
+        .map_err(s)?;
+    let mut all = [0_u8; 8];
+    let mut every = vec![0_u8; 8 * n];
+    all.copy_from_slice(&saved.state_bytes.to_le_bytes());
+    Collective::all_gather_bytes(world, &all, &mut every).map_err(s)?;
+    let written: u64 = every
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+        .sum();
+    let mut failures = Vec::new();
+    for m_ranks in 1..=n {
+        let color = if me < m_ranks {
+            Color::with_value(0)
+        } else {
+            Color::undefined()
+        };
+        if let Some(sub) = world.split_by_color(color) {
+            let got = sliced_model(&sub, 20, -5.0, &|_, _, _| 7.0).and_then(|(mut t, mut p)| {
+                p.load_shards(&sub, &mut t, &dir)?;
+                Ok(t)
+            });
+            let want = sliced_model(&sub, 20, 1.0, &truth).map(|(t, _)| all_values(&t));
+            match (got, want) {
+                (Ok(t), Ok(want)) if all_values(&t) == want => {}
+                (got, want) => failures.push(format!(
+                    "at {m_ranks} rank(s): {:?} against {:?}",
+                    got.map(|t| all_values(&t)),
+                    want
+                )),
+            }
+        }
+        world.barrier().map_err(s)?;
+    }
+    world.barrier().map_err(s)?;
+    if me == 0 {
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
+    }
+    // (40 + 3) f32 and 9 f64, twice.
+    ensure!(
+        world,
+        written == 2 * (43 * 4 + 9 * 8),
+        "{written} state bytes written in all"
+    );
+    ensure!(world, failures.is_empty(), "{failures:?}");
+    Ok(())
+}
+
 fn the_steady_state_allocates_nothing_under_mpi(world: &World) -> Check {
     let mut g = Grads::new(rank(world), 100);
     let mut plan = SyncPlan::new(
@@ -1324,6 +1449,10 @@ fn main() -> ExitCode {
         (
             "every_rank_writes_a_shard_and_any_number_of_ranks_loads",
             every_rank_writes_a_shard_and_any_number_of_ranks_loads,
+        ),
+        (
+            "zero_state_saved_at_n_ranks_loads_at_any_number",
+            zero_state_saved_at_n_ranks_loads_at_any_number,
         ),
         (
             "the_steady_state_allocates_nothing_under_mpi",
