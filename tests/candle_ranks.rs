@@ -255,3 +255,264 @@ fn checkpoints_round_trip_and_a_file_that_does_not_fit_changes_nothing() -> R {
     assert_eq!(plan.digest()?, digest);
     Ok(())
 }
+
+/// A store with `Tiny`'s variables and two frozen ones of other dtypes
+/// (`stats.mean`, BF16; `stats.count`, U32), out of the plan but in its
+/// checkpoints.
+fn tiny_with_frozen() -> Result<(CandleStore, Tiny), Box<dyn std::error::Error>> {
+    let store = CandleStore::new();
+    let model = Tiny::new(&store)?;
+    store.get(5, "stats.mean", Init::Const(0.25), DType::BF16, &CPU)?;
+    store.get(3, "stats.count", Init::Const(7.0), DType::U32, &CPU)?;
+    store.freeze("stats")?;
+    Ok((store, model))
+}
+
+/// Every variable's name, dtype, shape and bytes as they are held.
+fn held(store: &CandleStore) -> Result<Vec<(String, String)>, Box<dyn std::error::Error>> {
+    use scopetree::checkpoint::Checkpointable;
+    let mut out = Vec::new();
+    for (k, v) in store.named_vars()? {
+        let t = v.as_tensor();
+        let bytes = Checkpointable::try_le_bytes(&v)?;
+        out.push((k, format!("{:?} {:?} {:?}", t.dtype(), t.dims(), bytes)));
+    }
+    Ok(out)
+}
+
+/// Sets every variable of `store` to other values (ones, of its dtype).
+fn scramble(store: &CandleStore) -> R {
+    for (_, v) in store.named_vars()? {
+        v.set(&v.ones_like()?)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn shards_round_trip_every_variable_frozen_ones_too() -> R {
+    let dir = tempfile::tempdir()?;
+    let (store, _model) = tiny_with_frozen()?;
+    let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new().bucket_bytes(12))?;
+    assert_eq!(
+        plan.vars().len(),
+        3,
+        "the frozen variables stay out of the plan"
+    );
+    let before = held(&store)?;
+    let saved = plan.save_shards(&SingleProcess, &store, dir.path(), &Default::default())?;
+    assert_eq!(saved.shards, ["model-00001-of-00001.safetensors"]);
+    assert_eq!(
+        saved.mine.as_deref(),
+        Some("model-00001-of-00001.safetensors")
+    );
+    let keys = [
+        "emb.weight",
+        "fc.bias",
+        "fc.weight",
+        "stats.count",
+        "stats.mean",
+    ];
+    assert_eq!(saved.keys, keys);
+    assert_eq!(saved.bytes, (7 * 4 + 3 + 3 * 4) * 4 + 3 * 4 + 5 * 2);
+    assert!(dir.path().join("model.safetensors.index.json").is_file());
+
+    scramble(&store)?;
+    assert_ne!(held(&store)?, before);
+    let loaded = plan.load_shards(&SingleProcess, &store, dir.path())?;
+    assert_eq!(loaded.keys, keys);
+    assert_eq!(loaded.bytes, saved.bytes);
+    assert_eq!(held(&store)?, before);
+    Ok(())
+}
+
+#[test]
+fn candle_reads_the_shards_bit_for_bit_with_no_conversion() -> R {
+    let dir = tempfile::tempdir()?;
+    let (store, _model) = tiny_with_frozen()?;
+    let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    plan.save_shards(&SingleProcess, &store, dir.path(), &Default::default())?;
+    // The shards the index names, as a reader of the layout finds them.
+    let index: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        dir.path().join("model.safetensors.index.json"),
+    )?)?;
+    let mut shards: Vec<std::path::PathBuf> = index["weight_map"]
+        .as_object()
+        .expect("a weight map")
+        .values()
+        .map(|f| dir.path().join(f.as_str().expect("a file name")))
+        .collect();
+    shards.sort();
+    shards.dedup();
+    let vb = unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&shards, DType::F32, &CPU)? };
+    for (key, v) in store.named_vars()? {
+        let t = v.as_tensor();
+        let got = vb.get_with_hints_dtype(t.dims(), &key, Init::Const(0.0), t.dtype())?;
+        assert_eq!(got.dtype(), t.dtype(), "{key}");
+        assert_eq!(got.dims(), t.dims(), "{key}");
+        let bits = |x: &Tensor| -> candle_core::Result<Vec<u8>> {
+            Ok(x.flatten_all()?
+                .to_dtype(DType::F64)?
+                .to_vec1::<f64>()?
+                .iter()
+                .flat_map(|f| f.to_le_bytes())
+                .collect())
+        };
+        assert_eq!(bits(&got)?, bits(t)?, "{key}");
+    }
+    // The metadata a loader of the format looks for.
+    let meta = scopetree::checkpoint::inspect(dir.path())?;
+    assert_eq!(meta.len(), 5);
+    Ok(())
+}
+
+#[test]
+fn shards_that_do_not_fit_or_are_corrupted_change_nothing() -> R {
+    let dir = tempfile::tempdir()?;
+    let (store, _model) = tiny_with_frozen()?;
+    let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    plan.save_shards(&SingleProcess, &store, dir.path(), &Default::default())?;
+
+    // A variable the files lack.
+    let (more, _m) = tiny_with_frozen()?;
+    more.get(2, "extra", Init::Const(1.0), DType::F32, &CPU)?;
+    scramble(&more)?;
+    let mut plan_more = CandlePlan::new(&SingleProcess, &more, &PlanOptions::new())?;
+    let before = held(&more)?;
+    let err = plan_more
+        .load_shards(&SingleProcess, &more, dir.path())
+        .unwrap_err();
+    assert!(matches!(err, Error::Checkpoint(_)), "{err}");
+    assert!(err.to_string().contains("extra"), "{err}");
+    assert_eq!(held(&more)?, before);
+
+    // A tensor the store lacks.
+    let fewer = CandleStore::new();
+    let _m = Tiny::new(&fewer)?;
+    fewer.get(5, "stats.mean", Init::Const(1.0), DType::BF16, &CPU)?;
+    let mut plan_fewer = CandlePlan::new(
+        &SingleProcess,
+        &fewer,
+        &PlanOptions::new().filter(|k| !k.starts_with("stats")),
+    )?;
+    let before = held(&fewer)?;
+    let err = plan_fewer
+        .load_shards(&SingleProcess, &fewer, dir.path())
+        .unwrap_err();
+    assert!(err.to_string().contains("stats.count"), "{err}");
+    assert_eq!(held(&fewer)?, before);
+
+    // A tensor of another shape, and one of another dtype.
+    let other = CandleStore::new();
+    let vb = other.var_builder(DType::F32, &CPU);
+    candle_nn::embedding(7, 4, vb.pp("emb"))?;
+    candle_nn::linear(4, 5, vb.pp("fc"))?;
+    other.get(5, "stats.mean", Init::Const(1.0), DType::F32, &CPU)?;
+    other.get(3, "stats.count", Init::Const(1.0), DType::U32, &CPU)?;
+    other.freeze("stats")?;
+    let mut plan_other = CandlePlan::new(&SingleProcess, &other, &PlanOptions::new())?;
+    let before = held(&other)?;
+    let err = plan_other
+        .load_shards(&SingleProcess, &other, dir.path())
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("fc.weight") && text.contains("stats.mean"),
+        "{text}"
+    );
+    assert_eq!(held(&other)?, before);
+
+    // A shard whose bytes changed after the save: its checksum tells.
+    scramble(&store)?;
+    let before = held(&store)?;
+    let shard = dir.path().join("model-00001-of-00001.safetensors");
+    let mut bytes = std::fs::read(&shard)?;
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&shard, &bytes)?;
+    let err = plan
+        .load_shards(&SingleProcess, &store, dir.path())
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Corrupted { ref key, .. } if key == "stats.mean"),
+        "{err}"
+    );
+    assert_eq!(held(&store)?, before);
+
+    // A missing shard.
+    std::fs::remove_file(&shard)?;
+    let err = plan
+        .load_shards(&SingleProcess, &store, dir.path())
+        .unwrap_err();
+    assert!(matches!(err, Error::Checkpoint(_)), "{err}");
+    assert_eq!(held(&store)?, before);
+    Ok(())
+}
+
+#[test]
+fn load_shards_reads_a_single_file_and_any_sharded_checkpoint() -> R {
+    let dir = tempfile::tempdir()?;
+    let (store, _model) = tiny_with_frozen()?;
+    let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    let before = held(&store)?;
+
+    let file = dir.path().join("one.safetensors");
+    plan.save_on_root(&SingleProcess, &store, &file, 0)?;
+    scramble(&store)?;
+    let loaded = plan.load_shards(&SingleProcess, &store, &file)?;
+    assert_eq!(loaded.keys.len(), 5);
+    assert_eq!(held(&store)?, before);
+
+    let sharded = dir.path().join("hf");
+    let opts = scopetree::checkpoint::SaveOptions::new().max_shard_size(64);
+    let report = store.save_sharded(&sharded, &opts)?;
+    assert!(report.shards.len() > 2, "{:?}", report.shards);
+    scramble(&store)?;
+    plan.load_shards(&SingleProcess, &store, &sharded)?;
+    assert_eq!(held(&store)?, before);
+    Ok(())
+}
+
+#[test]
+fn shards_saved_as_bf16_hold_bf16_floats_without_checksums() -> R {
+    use scopetree::checkpoint::{Dtype, FloatDtype, SaveOptions};
+    let dir = tempfile::tempdir()?;
+    let (store, _model) = tiny_with_frozen()?;
+    let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    let opts = SaveOptions::new().floats_as(FloatDtype::BF16);
+    let saved = plan.save_shards(&SingleProcess, &store, dir.path(), &opts)?;
+    assert_eq!(
+        saved.bytes,
+        ((7 * 4 + 3 + 3 * 4) * 2 + 3 * 4 + 5 * 2) as u64
+    );
+    let file = scopetree::checkpoint::inspect(dir.path())?;
+    for t in &file {
+        let want = if t.key == "stats.count" {
+            Dtype::U32
+        } else {
+            Dtype::BF16
+        };
+        assert_eq!(t.dtype, want, "{}", t.key);
+    }
+    // Checksums only for the tensors written as they are held.
+    let shard = dir.path().join(&saved.shards[0]);
+    let (_, header) = safetensors::SafeTensors::read_metadata(&std::fs::read(&shard)?)?;
+    let mut sums: Vec<&str> = header
+        .metadata()
+        .as_ref()
+        .expect("metadata")
+        .keys()
+        .filter_map(|k| k.strip_prefix("scopetree_xxh3/"))
+        .collect();
+    sums.sort_unstable();
+    assert_eq!(sums, ["stats.count", "stats.mean"]);
+    // candle reads the converted floats; the store, of F32, does not fit.
+    let vb = unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&[shard], DType::F32, &CPU)? };
+    assert_eq!(vb.get((3, 4), "fc.weight")?.dtype(), DType::F32);
+    let before = held(&store)?;
+    let err = plan
+        .load_shards(&SingleProcess, &store, dir.path())
+        .unwrap_err();
+    assert!(err.to_string().contains("fc.weight"), "{err}");
+    assert_eq!(held(&store)?, before);
+    Ok(())
+}

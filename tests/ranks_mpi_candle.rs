@@ -25,6 +25,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::Init;
 use mpi::topology::SimpleCommunicator;
 use scopetree::candle::CandleStore;
+use scopetree::checkpoint::SaveOptions;
 use scopetree::ranks::{CandlePlan, Collective, DIGEST_BYTES, Error, PlanOptions, Reduce};
 
 type World = SimpleCommunicator;
@@ -351,6 +352,148 @@ fn one_rank_saves_and_every_rank_loads(world: &World) -> Check {
     Ok(())
 }
 
+/// `Model`'s variables and a frozen `e.frozen` (BF16 [3]), every element
+/// `base + i` for element `i`: five variables of 94 bytes in all.
+fn sharded_model(base: f64) -> Result<CandleStore, String> {
+    let m = Model::new(0.0, (2, 3));
+    m.store
+        .get(3, "e.frozen", Init::Const(0.0), DType::BF16, &CPU)
+        .map_err(fail)?;
+    m.store.freeze("e").map_err(fail)?;
+    for (_, v) in m.store.named_vars().map_err(fail)? {
+        let t = Tensor::arange(0.0, v.elem_count() as f64, &CPU)
+            .and_then(|t| t.affine(1.0, base))
+            .and_then(|t| t.to_dtype(v.as_tensor().dtype()))
+            .and_then(|t| t.reshape(v.dims()))
+            .and_then(|t| v.set(&t));
+        t.map_err(fail)?;
+    }
+    Ok(m.store)
+}
+
+/// Every variable's bytes as held, in name order.
+fn held(store: &CandleStore) -> Result<Vec<(String, Vec<u8>)>, String> {
+    use scopetree::checkpoint::Checkpointable;
+    let mut out = Vec::new();
+    for (k, v) in store.named_vars().map_err(fail)? {
+        let bytes = Checkpointable::try_le_bytes(&v).map_err(fail)?;
+        out.push((k, bytes.into_owned()));
+    }
+    Ok(out)
+}
+
+/// The ranks of `world` below `m` as a communicator of their own (`None`
+/// on the others). A collective call.
+fn first_ranks(world: &World, m: usize) -> Option<World> {
+    use mpi::topology::Color;
+    use mpi::traits::Communicator;
+    let color = if Collective::rank(world) < m {
+        Color::with_value(0)
+    } else {
+        Color::undefined()
+    };
+    world.split_by_color(color)
+}
+
+/// Whether candle's own `VarBuilder::from_mmaped_safetensors`, over the
+/// shards of `dir`, reads every variable of `store` with its dtype and
+/// bytes.
+fn candle_reads(dir: &std::path::Path, shards: &[String], store: &CandleStore) -> Check {
+    let paths: Vec<PathBuf> = shards.iter().map(|f| dir.join(f)).collect();
+    // SAFETY: the shards are not written while they are mapped.
+    let vb = unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&paths, DType::F32, &CPU) }
+        .map_err(fail)?;
+    for (key, v) in store.named_vars().map_err(fail)? {
+        let t = v.as_tensor();
+        let got = vb
+            .get_with_hints_dtype(t.dims(), &key, Init::Const(0.0), t.dtype())
+            .map_err(fail)?;
+        let bits = |x: &Tensor| {
+            x.flatten_all()
+                .and_then(|x| x.to_dtype(DType::F64))
+                .and_then(|x| x.to_vec1::<f64>())
+                .map_err(fail)
+        };
+        if got.dtype() != t.dtype() || bits(&got)? != bits(t)? {
+            return Err(format!("candle reads {key} as {got}, held {t}"));
+        }
+    }
+    Ok(())
+}
+
+/// Every rank writes one shard of a Hugging Face checkpoint of the store
+/// (frozen variables too), which candle reads as it is; the checkpoint then
+/// loads on 1, 2, … and all the ranks (sub-communicators of the world),
+/// each rank of a load reading a share, the shares adding up to the
+/// checkpoint's bytes once; a deleted shard is the same error on every
+/// rank, every store unchanged.
+fn every_rank_writes_a_shard_and_any_number_of_ranks_loads(world: &World) -> Check {
+    let dir = shared_dir(world).join("shards");
+    let (me, n) = (world.rank(), world.size());
+    let store = sharded_model(1.5)?;
+    let want = held(&store)?;
+    let opts = PlanOptions::new().bucket_bytes(16);
+    let mut plan = CandlePlan::new(world, &store, &opts).map_err(fail)?;
+    let saved = plan
+        .save_shards(world, &store, &dir, &SaveOptions::new())
+        .map_err(fail)?;
+    let flags = gather_flags(world, saved.mine.is_some());
+    let writers: Vec<usize> = (0..n).filter(|&r| flags[r]).collect();
+    let there = dir.join("model.safetensors.index.json").exists();
+    let read = candle_reads(&dir, &saved.shards, &store);
+
+    let mut failures = Vec::new();
+    for m_ranks in 1..=n {
+        if let Some(sub) = first_ranks(world, m_ranks) {
+            let t = sharded_model(100.0 * (me + 1) as f64)?;
+            let got =
+                CandlePlan::new(&sub, &t, &opts).and_then(|mut p| p.load_shards(&sub, &t, &dir));
+            let bytes = got.as_ref().map_or(0, |l| l.bytes);
+            let mut all = vec![0_u8; 8 * m_ranks];
+            Collective::all_gather_bytes(&sub, &bytes.to_le_bytes(), &mut all).map_err(fail)?;
+            let total: u64 = all
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+                .sum();
+            if got.is_err() || held(&t)? != want || total != 94 {
+                failures.push(format!(
+                    "at {m_ranks} rank(s): {got:?}, {total} bytes read in all"
+                ));
+            }
+        }
+        world.barrier().map_err(fail)?;
+    }
+
+    // A deleted shard: every rank reports it, no store changes.
+    let last = &saved.shards[saved.shards.len() - 1];
+    if me == 0 {
+        let _ = std::fs::remove_file(dir.join(last));
+    }
+    world.barrier().map_err(fail)?;
+    let t = sharded_model(7.0)?;
+    let before = held(&t)?;
+    let got = CandlePlan::new(world, &t, &opts).and_then(|mut p| p.load_shards(world, &t, &dir));
+    let (message, same) = message_everywhere(world, &got);
+    world.barrier().map_err(fail)?;
+    if me == 0 {
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
+    }
+    ensure!(world, there, "no index after save_shards");
+    ensure!(
+        world,
+        writers.len() == saved.shards.len() && writers == (0..writers.len()).collect::<Vec<_>>(),
+        "shards {:?} written by ranks {writers:?}",
+        saved.shards
+    );
+    ensure!(world, !saved.shards.is_empty(), "no shards");
+    read?;
+    ensure!(world, failures.is_empty(), "{failures:?}");
+    ensure!(world, got.is_err() && same, "deleted shard: {got:?}");
+    ensure!(world, message.contains(last.as_str()), "{message}");
+    ensure!(world, held(&t)? == before, "a refused load changed values");
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let Some(universe) = mpi::initialize() else {
         eprintln!("MPI was already initialised");
@@ -391,6 +534,10 @@ fn main() -> ExitCode {
         (
             "one_rank_saves_and_every_rank_loads",
             one_rank_saves_and_every_rank_loads,
+        ),
+        (
+            "every_rank_writes_a_shard_and_any_number_of_ranks_loads",
+            every_rank_writes_a_shard_and_any_number_of_ranks_loads,
         ),
     ];
     let mut failed = 0;

@@ -38,6 +38,21 @@ impl CandleStore {
         })
     }
 
+    /// Saves the variables `opts` keeps to the file `path`, as
+    /// [`save`](Self::save) does with `opts`' filter, metadata and
+    /// [`floats_as`](SaveOptions::floats_as) (its separator is always
+    /// `.`): the ranks layer writes one shard of a checkpoint with it.
+    /// O(variables × depth + bytes written).
+    pub(crate) fn save_file_with(
+        &self,
+        path: impl AsRef<Path>,
+        opts: &SaveOptions,
+    ) -> Result<SaveReport, Error> {
+        self.save_with(opts, |store, opts| {
+            checkpoint::save_store(store, path, opts)
+        })
+    }
+
     /// Runs a save of the store with `opts` made candle's (dotted names,
     /// `Var`s), after checking that every tree name survives the dots.
     fn save_with(

@@ -76,11 +76,11 @@ pub struct CandlePlan {
     nbytes: Vec<usize>,
     f32s: Lane<f32>,
     f64s: Lane<f64>,
-    byte_cap: usize,
+    pub(super) byte_cap: usize,
     /// Per-variable digests of the last consistency check.
     digests: Vec<VarHash>,
     /// One digest per rank, for status exchanges and checks.
-    gathered: Vec<Digest>,
+    pub(super) gathered: Vec<Digest>,
     /// The tensors one call reads, one per variable (`None`: zeros);
     /// emptied after each call, its capacity kept.
     sources: Vec<Option<Tensor>>,
@@ -102,7 +102,7 @@ impl std::fmt::Debug for CandlePlan {
 }
 
 /// A candle error on the variable `key`.
-fn candle(key: &str, source: candle_core::Error) -> Error {
+pub(super) fn candle(key: &str, source: candle_core::Error) -> Error {
     Error::from(crate::candle::Error::Candle {
         name: key.to_owned(),
         source,
@@ -265,7 +265,7 @@ impl CandlePlan {
 
     /// Watches the collective call `op` of this plan on `comm`'s rank, with
     /// the plan's timeout, until the returned guard drops. O(1).
-    fn watch<C: Collective + ?Sized>(&self, comm: &C, op: &'static str) -> Watch {
+    pub(super) fn watch<C: Collective + ?Sized>(&self, comm: &C, op: &'static str) -> Watch {
         Watch::arm(comm.rank(), op, &self.watched, self.timeout)
     }
 
@@ -723,7 +723,7 @@ impl CandlePlan {
 /// Checks the header of the file at `path` against every variable of
 /// `store`: the same dotted names, dtypes and shapes. O(header +
 /// variables × depth).
-fn check_file(store: &CandleStore, path: &Path) -> Result<(), Error> {
+pub(super) fn check_file(store: &CandleStore, path: &Path) -> Result<(), Error> {
     let file = checkpoint::inspect(path)?;
     let mine: Vec<(String, Dtype, Vec<usize>)> = store
         .named_vars()?

@@ -63,6 +63,7 @@
 //! | `manager.rs` | [`CheckpointManager`]: a step per directory, the latest pointer, keep-last-K |
 //! | `async_save.rs` | [`AsyncSaver`]: saves written by a background thread beside training |
 //! | `candle.rs` | `CandlePlan` (feature `candle`) |
+//! | `candle_shards.rs` | `CandlePlan`'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
 //!
 //! Synchronised values are `Vec`, `Box<[_]>` and
 //! [`checkpoint::Tensor`](crate::checkpoint::Tensor) of `f32`, `f64` and the
@@ -101,6 +102,8 @@ mod bucketed;
 mod buckets;
 #[cfg(feature = "candle")]
 mod candle;
+#[cfg(feature = "candle")]
+mod candle_shards;
 mod checkpoint;
 mod checksum;
 mod collective;

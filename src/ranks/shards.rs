@@ -4,6 +4,7 @@
 //! number of ranks, each rank reading a share of the bytes and the ranks
 //! exchanging the rest.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
@@ -99,7 +100,7 @@ pub struct ShardedLoad {
 /// falls in, so no range holds much more than `total / parts` plus one
 /// item. Some ranges are empty when a few items are large; `parts` below 1
 /// counts as 1. O(items).
-fn cut_whole(sizes: &[u64], parts: usize) -> Vec<Range<usize>> {
+pub(super) fn cut_whole(sizes: &[u64], parts: usize) -> Vec<Range<usize>> {
     let parts = parts.max(1);
     let total: u64 = sizes.iter().sum();
     let mut ranges = vec![0..0; parts];
@@ -132,7 +133,7 @@ fn cut_whole(sizes: &[u64], parts: usize) -> Vec<Range<usize>> {
 
 /// The dtype a tensor of `dtype` is written in under
 /// [`SaveOptions::floats_as`]. O(1).
-fn written(dtype: Dtype, floats_as: Option<Dtype>) -> Dtype {
+pub(super) fn written(dtype: Dtype, floats_as: Option<Dtype>) -> Dtype {
     match floats_as {
         Some(to) if is_convertible_float(dtype) => to,
         _ => dtype,
@@ -160,6 +161,42 @@ pub(super) struct Prepared {
 }
 
 impl Prepared {
+    /// Cuts the saved variables (`indices`, of `sizes` bytes as written,
+    /// named `keys`, in key order) into one shard of whole tensors per rank
+    /// of a world of `size` ranks, of about equal bytes, fewer when there
+    /// are fewer variables than ranks; names the shards, stamped with
+    /// `save_id`, and picks rank `rank`'s. O(variables).
+    pub(super) fn new(
+        rank: usize,
+        size: usize,
+        save_id: String,
+        indices: Vec<usize>,
+        sizes: Vec<u64>,
+        keys: Vec<String>,
+    ) -> Self {
+        let ranges: Vec<Range<usize>> = cut_whole(&sizes, size.min(sizes.len()).max(1))
+            .into_iter()
+            .filter(|r| !r.is_empty() || sizes.is_empty())
+            .collect();
+        let n = ranges.len();
+        Prepared {
+            save_id,
+            shards: (1..=n).map(|k| shard_name(k, n)).collect(),
+            mine: (rank < n).then_some(rank),
+            ranges,
+            indices,
+            sizes,
+            keys,
+            state: None,
+        }
+    }
+
+    /// The same save with the sliced state `state`. O(1).
+    pub(super) fn with_state(mut self, state: Option<PreparedState>) -> Self {
+        self.state = state;
+        self
+    }
+
     /// The saved variables of this rank's shard, as a range of `indices`
     /// (empty when it writes none). O(1).
     pub(super) fn my_range(&self) -> Range<usize> {
@@ -224,6 +261,75 @@ pub(super) fn publish<C: Collective + ?Sized>(
     settle(comm, &mut gathered, "writing the index", indexed, None)
 }
 
+/// Makes the directory `dir` of a save. O(path depth).
+pub(super) fn make_dir(dir: &Path) -> Result<(), Error> {
+    std::fs::create_dir_all(dir)
+        .map_err(checkpoint::Error::io(&dir.to_string_lossy()))
+        .map_err(Error::from)
+}
+
+/// `opts`' [`floats_as`](SaveOptions::floats_as), as an argument every
+/// rank must pass alike. O(1).
+pub(super) fn same_floats(opts: &SaveOptions) -> Same {
+    (
+        "float dtypes",
+        opts.floats_as.map_or(0, |d| d.bitsize() as u64 + 1),
+        show_count,
+    )
+}
+
+/// Names a save on every rank: rank 0 makes the id and broadcasts it, so
+/// every rank stamps its shard with the same. A collective call.
+pub(super) fn name_save<C: Collective + ?Sized>(comm: &C) -> Result<String, Error> {
+    let mut id = [0_u8; SAVE_ID_BYTES];
+    if comm.rank() == 0 {
+        let mine = new_save_id();
+        let n = mine.len().min(SAVE_ID_BYTES);
+        id[..n].copy_from_slice(&mine.as_bytes()[..n]);
+    }
+    comm.broadcast_bytes(0, &mut id)?;
+    let end = id.iter().position(|&b| b == 0).unwrap_or(SAVE_ID_BYTES);
+    Ok(String::from_utf8_lossy(&id[..end]).into_owned())
+}
+
+/// The metadata entry of the checksum of the tensor `key` of `bytes` (see
+/// [`CHECKSUM_PREFIX`]). O(bytes).
+pub(super) fn checksum_entry(key: &str, bytes: &[u8]) -> (String, String) {
+    let sum = hash_bytes(bytes);
+    (format!("{CHECKSUM_PREFIX}{key}"), format!("{sum:032x}"))
+}
+
+/// The metadata of a shard: `opts`' own, `"format": "pt"`, the save's id
+/// and the checksums `sums` (see [`checksum_entry`]). O(entries).
+pub(super) fn shard_meta(
+    opts: &SaveOptions,
+    save_id: &str,
+    sums: Vec<(String, String)>,
+) -> std::collections::HashMap<String, String> {
+    let mut meta = opts.metadata.clone().unwrap_or_default();
+    meta.entry("format".to_owned())
+        .or_insert_with(|| "pt".to_owned());
+    meta.insert(SAVE_ID.to_owned(), save_id.to_owned());
+    meta.extend(sums);
+    meta
+}
+
+/// Checks the bytes just read into the tensors `keys` (the `n`th's bytes
+/// given by `bytes(n)`) against the checksums the files of the checkpoint
+/// `dir` carry for them (tensors without one, from other writers, pass).
+/// O(headers + bytes of those tensors).
+pub(super) fn verify_sums<'k, 'b>(
+    dir: &Path,
+    keys: impl Iterator<Item = &'k str>,
+    mut bytes: impl FnMut(usize) -> Result<Cow<'b, [u8]>, Error>,
+) -> Result<(), Error> {
+    let files = Files::open(dir)?;
+    for (n, key) in keys.enumerate() {
+        files.check(key, &bytes(n)?)?;
+    }
+    Ok(())
+}
+
 impl SyncPlan {
     /// The plan's variables that its checkpoints hold (not scratch), as
     /// indices into its slots, with their bytes as written under
@@ -259,8 +365,7 @@ impl SyncPlan {
             if written(e.dtype, floats_as) != e.dtype {
                 continue;
             }
-            let sum = hash_bytes(self.slot_bytes(tree, i)?);
-            out.push((format!("{CHECKSUM_PREFIX}{}", e.key), format!("{sum:032x}")));
+            out.push(checksum_entry(&e.key, self.slot_bytes(tree, i)?));
         }
         Ok(out)
     }
@@ -392,50 +497,20 @@ impl SyncPlan {
         opts: &SaveOptions,
         op: &'static str,
     ) -> Result<Prepared, Error> {
-        let floats: Same = (
-            "float dtypes",
-            opts.floats_as.map_or(0, |d| d.bitsize() as u64 + 1),
-            show_count,
-        );
-        let made = std::fs::create_dir_all(dir)
-            .map_err(checkpoint::Error::io(&dir.to_string_lossy()))
-            .map_err(Error::from);
-        self.check_slots(comm, tree, op, made, floats)?;
+        self.check_slots(comm, tree, op, make_dir(dir), same_floats(opts))?;
         let (bound, keys) = self.bind_state(tree, comm.rank());
         let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
         let bound = settle(comm, &mut gathered, op, bound, Some(keys))?;
-
-        // Rank 0 names the save; every rank stamps its shard with the name.
-        let mut id = [0_u8; SAVE_ID_BYTES];
-        if comm.rank() == 0 {
-            let mine = new_save_id();
-            let n = mine.len().min(SAVE_ID_BYTES);
-            id[..n].copy_from_slice(&mine.as_bytes()[..n]);
-        }
-        comm.broadcast_bytes(0, &mut id)?;
-        let end = id.iter().position(|&b| b == 0).unwrap_or(SAVE_ID_BYTES);
-        let save_id = String::from_utf8_lossy(&id[..end]).into_owned();
-
+        let save_id = name_save(comm)?;
         let (indices, sizes) = self.saved_entries(opts.floats_as);
-        let ranges: Vec<Range<usize>> = cut_whole(&sizes, comm.size().min(sizes.len()).max(1))
-            .into_iter()
-            .filter(|r| !r.is_empty() || sizes.is_empty())
-            .collect();
-        let n = ranges.len();
         let keys = indices
             .iter()
             .map(|&i| self.manifest().entries()[i].key.clone())
             .collect();
-        Ok(Prepared {
-            save_id,
-            shards: (1..=n).map(|k| shard_name(k, n)).collect(),
-            mine: (comm.rank() < n).then_some(comm.rank()),
-            ranges,
-            indices,
-            sizes,
-            keys,
-            state: bound.map(|b| self.prepare_state(b, comm.size(), comm.rank())),
-        })
+        Ok(
+            Prepared::new(comm.rank(), comm.size(), save_id, indices, sizes, keys)
+                .with_state(bound.map(|b| self.prepare_state(b, comm.size(), comm.rank()))),
+        )
     }
 
     /// The metadata of this rank's shard (the saved variables `range` of
@@ -449,12 +524,8 @@ impl SyncPlan {
         range: Range<usize>,
         opts: &SaveOptions,
     ) -> Result<std::collections::HashMap<String, String>, Error> {
-        let mut meta = opts.metadata.clone().unwrap_or_default();
-        meta.entry("format".to_owned())
-            .or_insert_with(|| "pt".to_owned());
-        meta.insert(SAVE_ID.to_owned(), prepared.save_id.clone());
-        meta.extend(self.checksums(tree, &prepared.indices[range], opts.floats_as)?);
-        Ok(meta)
+        let sums = self.checksums(tree, &prepared.indices[range], opts.floats_as)?;
+        Ok(shard_meta(opts, &prepared.save_id, sums))
     }
 
     /// Loads a checkpoint directory (or index, or single file) into the
@@ -680,7 +751,7 @@ impl SyncPlan {
 }
 
 /// No argument to compare: every rank sends 0.
-fn no_argument() -> Same {
+pub(super) fn no_argument() -> Same {
     ("arguments", 0, show_count)
 }
 

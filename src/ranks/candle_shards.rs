@@ -1,0 +1,346 @@
+//! [`CandlePlan`]'s checkpoints written and read by every rank: a
+//! [`CandleStore`]'s variables saved as one shard per rank of a Hugging
+//! Face sharded checkpoint in candle's names, and loaded at any number of
+//! ranks, as [`SyncPlan`](super::SyncPlan)'s `save_shards` and
+//! `load_shards` do for a tree.
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::sync::Arc;
+
+use candle_core::{Tensor, Var};
+use rustc_hash::FxHashSet;
+
+use super::agree::settle;
+use super::bucketed::broadcast_values;
+use super::candle::{CandlePlan, candle, check_file};
+use super::collective::Collective;
+use super::error::Error;
+use super::manifest::{Manifest, ManifestEntry};
+use super::shards::{
+    Prepared, ShardedLoad, ShardedSave, checksum_entry, cut_whole, make_dir, name_save, publish,
+    same_floats, shard_meta, verify_sums, written,
+};
+use super::values::Values;
+use crate::candle::CandleStore;
+use crate::checkpoint::{self, Checkpointable, Dtype, LoadOptions, SaveOptions, sync_file};
+
+/// A variable's bytes as held: one copy on the host, of any dtype.
+fn held_bytes(key: &str, var: &Var) -> Result<Vec<u8>, Error> {
+    Checkpointable::try_le_bytes(var)
+        .map(Cow::into_owned)
+        .map_err(|e| bad(key, &e))
+}
+
+/// A checkpoint layer's failure on the variable `key`, as a candle error
+/// naming it.
+fn bad(key: &str, e: &checkpoint::Error) -> Error {
+    candle(key, candle_core::Error::Msg(e.to_string()))
+}
+
+/// The bytes of one rank's part during a load's broadcast, one buffer per
+/// variable: its values on the sending rank, what it receives elsewhere.
+struct Part {
+    bufs: Vec<Vec<u8>>,
+}
+
+impl Values for Part {
+    fn read(&mut self, var: usize, at: usize, into: &mut [u8]) -> Result<(), Error> {
+        into.copy_from_slice(&self.bufs[var][at..at + into.len()]);
+        Ok(())
+    }
+    fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error> {
+        self.bufs[var][at..at + from.len()].copy_from_slice(from);
+        Ok(())
+    }
+}
+
+/// Writes `bytes` into `var` (with `Var::set`, so the model and the
+/// optimizer see them). O(bytes).
+fn set_bytes(key: &str, var: &Var, bytes: Vec<u8>) -> Result<(), Error> {
+    let dtype: Dtype = var.as_tensor().dtype().into();
+    let new = <Var as Checkpointable>::from_le_bytes(dtype, var.dims(), bytes)
+        .map_err(|e| bad(key, &e))?;
+    Checkpointable::assign(&mut var.clone(), new).map_err(|e| bad(key, &e))
+}
+
+impl CandlePlan {
+    /// Saves every variable of `store` (candle's dotted names, frozen ones
+    /// too, as [`save_on_root`](Self::save_on_root) saves) into the
+    /// directory `dir` as a Hugging Face sharded checkpoint, every rank
+    /// writing one shard in parallel, as
+    /// [`SyncPlan::save_shards`](super::SyncPlan::save_shards) does: the
+    /// variables, in key order, are cut into one shard of whole tensors per
+    /// rank of about equal bytes (fewer shards when there are fewer
+    /// variables than ranks), and rank `k` writes
+    /// `model-0000k-of-0000N.safetensors` atomically through
+    /// [`CandleStore`]'s writer, with `"format": "pt"`, the save's id and
+    /// each tensor's checksum in its metadata, and flushes it to the disk
+    /// (`fsync`). When every rank's shard is on disk, rank 0 writes the
+    /// index `model.safetensors.index.json`, atomically, last. candle's
+    /// `VarBuilder::from_mmaped_safetensors` over the shards reads the
+    /// checkpoint as it is; [`load_shards`](Self::load_shards) reads it at
+    /// any number of ranks. A collective call; every rank's store must
+    /// hold the same variables (names, dtypes, shapes) and values.
+    ///
+    /// `opts`' [`floats_as`](SaveOptions::floats_as) and metadata apply;
+    /// its separator (always `.`) and filter (every variable is saved) are
+    /// ignored. O(variables × depth + bytes of this rank's shard), plus one
+    /// agreement on the store's variables; memory: one tensor's bytes
+    /// beyond what the writer holds (the checksum reads a copy).
+    ///
+    /// # Errors
+    /// On every rank: [`Error::ArgumentsDiffer`] when the ranks pass
+    /// different `floats_as`; [`Error::Disagree`] when the ranks' stores
+    /// hold different variables (nothing is written then). When a rank
+    /// cannot create `dir`, list its store or write its shard, that rank's
+    /// error ([`Error::Checkpoint`], [`Error::Candle`]) and
+    /// [`Error::PeerFailed`] on the others, with no index written.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
+    /// let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    /// let saved = plan.save_shards(&SingleProcess, &store, dir.path(), &Default::default())?;
+    /// assert_eq!(saved.shards, ["model-00001-of-00001.safetensors"]);
+    /// assert_eq!((saved.keys, saved.bytes), (vec!["fc.bias".to_owned(), "fc.weight".to_owned()], 32));
+    /// // candle reads it as it is.
+    /// let shard = dir.path().join(&saved.shards[0]);
+    /// let vb = unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&[shard], DType::F32, &Device::Cpu)? };
+    /// assert_eq!(vb.get((2, 3), "fc.weight")?.dims(), &[2, 3]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn save_shards<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        store: &CandleStore,
+        dir: impl AsRef<Path>,
+        opts: &SaveOptions,
+    ) -> Result<ShardedSave, Error> {
+        let op = "saving the shards";
+        let _watch = self.watch(comm, op);
+        let dir = dir.as_ref();
+        let local = make_dir(dir).and_then(|()| Ok(store.named_vars()?));
+        let named = settle(comm, &mut self.gathered, op, local, Some(same_floats(opts)))?;
+        let entries = named
+            .iter()
+            .map(|(key, v)| ManifestEntry {
+                key: key.clone(),
+                dtype: v.as_tensor().dtype().into(),
+                shape: v.dims().to_vec(),
+            })
+            .collect();
+        let manifest = Manifest::from_entries(String::new(), entries);
+        manifest.agree(comm)?;
+
+        let save_id = name_save(comm)?;
+        let sizes = manifest
+            .entries()
+            .iter()
+            .map(|e| {
+                let elems: usize = e.shape.iter().product();
+                (elems * written(e.dtype, opts.floats_as).bitsize() / 8) as u64
+            })
+            .collect();
+        let keys = named.iter().map(|(k, _)| k.clone()).collect();
+        let prepared = Prepared::new(
+            comm.rank(),
+            comm.size(),
+            save_id,
+            (0..named.len()).collect(),
+            sizes,
+            keys,
+        );
+        let mut saved = prepared.report();
+        let range = prepared.my_range();
+        let written = match &saved.mine {
+            // Any error here is settled in `publish`, never returned before
+            // it: the other ranks wait there.
+            Some(shard) => {
+                let mine = &named[range.clone()];
+                let sums: Result<Vec<_>, Error> = mine
+                    .iter()
+                    .zip(&manifest.entries()[range.clone()])
+                    .filter(|(_, e)| written(e.dtype, opts.floats_as) == e.dtype)
+                    .map(|((key, v), _)| Ok(checksum_entry(key, &held_bytes(key, v)?)))
+                    .collect();
+                let path = dir.join(shard);
+                sums.and_then(|sums| {
+                    let keys: Arc<FxHashSet<String>> =
+                        Arc::new(prepared.keys[range].iter().cloned().collect());
+                    let mut mine = opts.clone();
+                    mine.metadata = Some(shard_meta(opts, &prepared.save_id, sums));
+                    mine.filter = Some(Arc::new(move |k: &str| keys.contains(k)));
+                    let report = store.save_file_with(&path, &mine)?;
+                    saved.keys = report.keys;
+                    Ok(sync_file(&path)?)
+                })
+            }
+            None => Ok(()),
+        };
+        publish(comm, dir, &prepared, written)?;
+        Ok(saved)
+    }
+
+    /// Loads a checkpoint directory (or index, or single file) into every
+    /// variable of `store` (candle's dotted names, frozen ones too) at any
+    /// number of ranks, each rank reading a share, as
+    /// [`SyncPlan::load_shards`](super::SyncPlan::load_shards) does: the
+    /// store's variables, in key order, are cut into one part of whole
+    /// tensors per rank of about equal bytes, each rank reads its part from
+    /// the files (checking each tensor's checksum when the file carries
+    /// one), and each part is then broadcast from its rank to the others in
+    /// buckets of the plan's size. A checkpoint saved by
+    /// [`save_shards`](Self::save_shards) on N ranks, by
+    /// [`save_on_root`](Self::save_on_root), by
+    /// [`CandleStore::save_sharded`] or by any tool writing the Hugging Face
+    /// layout loads the same way. Values are written with `Var::set`, so the
+    /// model and the optimizer see them. A collective call; ends with the
+    /// [consistency check](Self::check_consistency).
+    ///
+    /// Strict and atomic across the ranks: first every rank checks the
+    /// index and every shard's header against its store (every name, dtype
+    /// and shape; a missing or torn shard) and the ranks exchange the
+    /// outcome, so a checkpoint that does not fit changes no rank's store;
+    /// then each rank keeps a copy of the values of its part and reads the
+    /// part; if any rank's read fails, every rank puts its copy back.
+    /// O(headers + variables × depth + bytes of this rank's part) read,
+    /// plus the broadcast of every part (O(bytes) per rank); memory: this
+    /// rank's part's old values and bytes, the largest other part's bytes
+    /// and one bucket.
+    ///
+    /// # Errors
+    /// On the rank concerned, the checkpoint's error ([`Error::Checkpoint`]:
+    /// [`checkpoint::Error::Mismatch`] naming every missing, unexpected and
+    /// mismatched tensor, a bad index, a missing or torn shard, an
+    /// unreadable file; [`Error::Corrupted`] for a tensor whose bytes do not
+    /// match its checksum; [`Error::Candle`]), and on the others
+    /// [`Error::PeerFailed`]; the stores are unchanged. [`Error::Diverged`]
+    /// when the ranks loaded different bytes (files that differ between
+    /// hosts). Should candle fail to set a value received from another
+    /// rank, [`Error::Candle`] on that rank and [`Error::PeerFailed`] on
+    /// the others, the stores then partly loaded.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// use candle_core::{DType, Device, Tensor};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// let w = store.get(2, "w", candle_nn::Init::Const(1.0), DType::F32, &Device::Cpu)?;
+    /// let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    /// plan.save_shards(&SingleProcess, &store, dir.path(), &Default::default())?;
+    /// plan.vars()[0].set(&Tensor::new(&[5.0_f32, 5.0], &Device::Cpu)?)?;
+    /// let loaded = plan.load_shards(&SingleProcess, &store, dir.path())?;
+    /// assert_eq!((loaded.keys, loaded.bytes), (vec!["w".to_owned()], 8));
+    /// assert_eq!(w.to_vec1::<f32>()?, [1.0, 1.0]);
+    /// // A variable the files lack is an error, and nothing changes.
+    /// store.get(3, "v", candle_nn::Init::Const(2.0), DType::F32, &Device::Cpu)?;
+    /// plan.vars()[0].set(&Tensor::new(&[5.0_f32, 5.0], &Device::Cpu)?)?;
+    /// assert!(plan.load_shards(&SingleProcess, &store, dir.path()).is_err());
+    /// assert_eq!(w.to_vec1::<f32>()?, [5.0, 5.0]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn load_shards<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        store: &CandleStore,
+        dir: impl AsRef<Path>,
+    ) -> Result<ShardedLoad, Error> {
+        let _watch = self.watch(comm, "loading the shards");
+        let dir = dir.as_ref();
+        let local = check_file(store, dir).and_then(|()| Ok(store.named_vars()?));
+        let named = settle(comm, &mut self.gathered, "checking the shards", local, None)?;
+        // Every rank's store fits the files: the ranks hold the same
+        // variables, and cut them alike.
+        let sizes: Vec<u64> = named
+            .iter()
+            .map(|(_, v)| (v.elem_count() * v.as_tensor().dtype().size_in_bytes()) as u64)
+            .collect();
+        let ranges = cut_whole(&sizes, comm.size());
+        let mine = &named[ranges[comm.rank()].clone()];
+        let keys: Vec<String> = mine.iter().map(|(k, _)| k.clone()).collect();
+        // The values this rank is about to overwrite, to put back if a
+        // rank's read fails.
+        let old: Result<Vec<Tensor>, Error> = mine
+            .iter()
+            .map(|(k, v)| v.as_tensor().copy().map_err(|e| candle(k, e)))
+            .collect();
+        // Any error here is settled below with the others', never returned
+        // before it: the other ranks wait in that settle.
+        // `read`: this rank's part's bytes as read, which it then sends.
+        let (old, read) = match old {
+            Err(e) => (Vec::new(), Err(e)),
+            Ok(old) if keys.is_empty() => (old, Ok(Vec::new())),
+            Ok(old) => {
+                let wanted: Arc<FxHashSet<String>> = Arc::new(keys.iter().cloned().collect());
+                let opts = LoadOptions::new().filter(move |k| wanted.contains(k));
+                let read = store
+                    .load(dir, &opts)
+                    .map_err(Error::from)
+                    .and_then(|_| mine.iter().map(|(k, v)| held_bytes(k, v)).collect())
+                    .and_then(|bytes: Vec<Vec<u8>>| {
+                        let keys = keys.iter().map(String::as_str);
+                        verify_sums(dir, keys, |n| Ok(Cow::Borrowed(&bytes[n])))?;
+                        Ok(bytes)
+                    });
+                (old, read)
+            }
+        };
+        let mut read = match settle(comm, &mut self.gathered, "reading the shards", read, None) {
+            Ok(read) => Some(read),
+            Err(err) => {
+                // Here or elsewhere, a read failed: every rank puts back
+                // what it had (a load that failed here may have written
+                // some of it).
+                for ((k, v), t) in mine.iter().zip(&old) {
+                    v.set(t).map_err(|e| candle(k, e))?;
+                }
+                return Err(err);
+            }
+        };
+        drop(old);
+
+        // Each part from its rank to the others. An error here (candle
+        // failing to set a value) is settled after the broadcasts, which
+        // every rank makes alike.
+        let mut outcome = Ok(());
+        for (rank, range) in ranges.iter().enumerate() {
+            let part = &named[range.clone()];
+            let sizes = &sizes[range.clone()];
+            let me = rank == comm.rank();
+            let bufs = match read.take() {
+                Some(bytes) if me => bytes,
+                other => {
+                    read = other;
+                    sizes.iter().map(|&n| vec![0; n as usize]).collect()
+                }
+            };
+            let mut values = Part { bufs };
+            let nbytes = sizes.iter().map(|&n| n as usize);
+            broadcast_values(comm, rank, nbytes, self.byte_cap, &mut values)?;
+            if !me {
+                for ((k, v), bytes) in part.iter().zip(values.bufs) {
+                    if outcome.is_ok() {
+                        outcome = set_bytes(k, v, bytes);
+                    }
+                }
+            }
+        }
+        settle(
+            comm,
+            &mut self.gathered,
+            "loading the shards",
+            outcome,
+            None,
+        )?;
+        self.check_consistency(comm)?;
+        Ok(ShardedLoad {
+            bytes: sizes[ranges[comm.rank()].clone()].iter().sum(),
+            keys,
+            ..ShardedLoad::default()
+        })
+    }
+}
