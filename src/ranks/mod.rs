@@ -132,7 +132,7 @@ pub use collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};
 pub use error::Error;
 pub use manager::{CheckpointManager, LATEST_FILE};
 pub use manifest::{Manifest, ManifestEntry};
-pub use options::{DEFAULT_BUCKET_BYTES, PlanOptions, Reduce};
+pub use options::{DEFAULT_BUCKET_BYTES, DEFAULT_DIRECT_BYTES, PlanOptions, Reduce};
 pub use partition::{Partition, Piece};
 pub use plan::SyncPlan;
 pub use shards::{ShardedLoad, ShardedSave};

@@ -15,6 +15,15 @@ use crate::checkpoint::Filter;
 /// ```
 pub const DEFAULT_BUCKET_BYTES: usize = 25 << 20;
 
+/// The default size from which an all-reduce sends a variable straight
+/// from its own buffer, with no bucket copy: see
+/// [`PlanOptions::direct_bytes`].
+///
+/// ```
+/// assert!(scopetree::ranks::DEFAULT_DIRECT_BYTES > 0);
+/// ```
+pub const DEFAULT_DIRECT_BYTES: usize = 256 << 10;
+
 /// The largest number of elements one MPI call can count.
 const MAX_COUNT: usize = i32::MAX as usize;
 
@@ -46,6 +55,7 @@ pub struct PlanOptions {
     pub(super) scratch: Option<Filter>,
     pub(super) timeout: Option<Duration>,
     pub(super) sliced: Option<SlicedState>,
+    pub(super) direct_bytes: usize,
 }
 
 impl std::fmt::Debug for PlanOptions {
@@ -56,6 +66,7 @@ impl std::fmt::Debug for PlanOptions {
             .field("scratch", &self.scratch.is_some())
             .field("timeout", &self.timeout)
             .field("sliced", &self.sliced)
+            .field("direct_bytes", &self.direct_bytes)
             .finish()
     }
 }
@@ -80,6 +91,7 @@ impl PlanOptions {
             scratch: None,
             timeout: Some(DEFAULT_TIMEOUT),
             sliced: None,
+            direct_bytes: DEFAULT_DIRECT_BYTES,
         }
     }
 
@@ -248,6 +260,35 @@ impl PlanOptions {
     }
 
     /// The bucket capacity in elements of `size` bytes. O(1).
+    /// The size from which an all-reduce sends a variable straight from
+    /// its own buffer: a variable of at least `bytes` bytes is reduced from
+    /// its buffer into a spare buffer of the same size that the plan keeps
+    /// (in calls of at most a bucket), and the two are swapped, with no copy
+    /// in or out of a bucket; smaller variables share fused buckets. The
+    /// plan's spare buffers take as much memory as its direct variables.
+    /// `usize::MAX` fuses every variable. O(1).
+    ///
+    /// ```
+    /// use scopetree::ranks::{DEFAULT_DIRECT_BYTES, PlanOptions};
+    /// assert_eq!(PlanOptions::new().direct_bytes_value(), DEFAULT_DIRECT_BYTES);
+    /// assert_eq!(PlanOptions::new().direct_bytes(1 << 20).direct_bytes_value(), 1 << 20);
+    /// ```
+    #[must_use]
+    pub fn direct_bytes(mut self, bytes: usize) -> Self {
+        self.direct_bytes = bytes;
+        self
+    }
+
+    /// The size from which variables are sent from their own buffers (see
+    /// [`direct_bytes`](Self::direct_bytes)). O(1).
+    ///
+    /// ```
+    /// assert!(scopetree::ranks::PlanOptions::new().direct_bytes_value() > 0);
+    /// ```
+    pub fn direct_bytes_value(&self) -> usize {
+        self.direct_bytes
+    }
+
     pub(super) fn cap(&self, size: usize) -> usize {
         (self.bucket_bytes / size).clamp(1, MAX_COUNT)
     }

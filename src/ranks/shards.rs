@@ -4,7 +4,6 @@
 //! number of ranks, each rank reading a share of the bytes and the ranks
 //! exchanging the rest.
 
-use std::borrow::Cow;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
@@ -312,22 +311,6 @@ pub(super) fn shard_meta(
     meta.insert(SAVE_ID.to_owned(), save_id.to_owned());
     meta.extend(sums);
     meta
-}
-
-/// Checks the bytes just read into the tensors `keys` (the `n`th's bytes
-/// given by `bytes(n)`) against the checksums the files of the checkpoint
-/// `dir` carry for them (tensors without one, from other writers, pass).
-/// O(headers + bytes of those tensors).
-pub(super) fn verify_sums<'k, 'b>(
-    dir: &Path,
-    keys: impl Iterator<Item = &'k str>,
-    mut bytes: impl FnMut(usize) -> Result<Cow<'b, [u8]>, Error>,
-) -> Result<(), Error> {
-    let files = Files::open(dir)?;
-    for (n, key) in keys.enumerate() {
-        files.check(key, &bytes(n)?)?;
-    }
-    Ok(())
 }
 
 impl SyncPlan {
