@@ -11,10 +11,13 @@
   which scripts/ranks_runs.py writes (MPI runs are not criterion's).
 - docs/shards_save_load.svg: from docs/data/shards.json, which
   scripts/shards_runs.py writes.
+- docs/shards_zero.svg: from docs/data/shards_zero.json, which
+  scripts/shards_runs.py --zero writes.
 
 Usage: pip install matplotlib; python3 scripts/charts.py [criterion_dir]
        python3 scripts/charts.py --ranks   (the two ranks charts only)
-       python3 scripts/charts.py --shards  (the checkpoints-across-ranks chart only)
+       python3 scripts/charts.py --shards  (the two checkpoints-across-ranks charts only)
+       python3 scripts/charts.py --shards-zero  (the ZeRO checkpoints chart only)
 """
 
 import json
@@ -29,9 +32,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RANKS_ONLY = sys.argv[1:] == ["--ranks"]
 SHARDS_ONLY = sys.argv[1:] == ["--shards"]
+ZERO_ONLY = sys.argv[1:] == ["--shards-zero"]
 CRIT = (
     pathlib.Path(sys.argv[1])
-    if len(sys.argv) > 1 and not (RANKS_ONLY or SHARDS_ONLY)
+    if len(sys.argv) > 1 and not (RANKS_ONLY or SHARDS_ONLY or ZERO_ONLY)
     else ROOT / "target" / "criterion"
 )
 DOCS = ROOT / "docs"
@@ -176,10 +180,69 @@ def shards_chart():
     print("wrote docs/shards_save_load.svg")
 
 
+def shards_zero_chart():
+    path = DOCS / "data" / "shards_zero.json"
+    if not path.exists():
+        print("no", path, "- run scripts/shards_runs.py --zero first")
+        return
+    data = json.loads(path.read_text())
+    runs = data["runs"]
+    ranks = [r["ranks"] for r in runs]
+    sliced, whole = "#1b6ac9", "#d1495b"
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.4))
+
+    def series(ax, op, field, label, colour, style):
+        med = [r["ops"][op][f"{field}_ms_median"] for r in runs]
+        lo = [m - r["ops"][op][f"{field}_ms_min"] for m, r in zip(med, runs)]
+        hi = [r["ops"][op][f"{field}_ms_max"] - m for m, r in zip(med, runs)]
+        ax.errorbar(ranks, med, yerr=[lo, hi], fmt=style, color=colour, capsize=3, label=label)
+
+    for ax, what, lines in [
+        (axes[0], "save", [("save_shards", "time", "save_shards, moments sliced", sliced, "-o"),
+                           ("save_shards", "with_fsync", "save_shards, then fsync", sliced, "--o"),
+                           ("save_on_root", "time", "gather moments whole + save_on_root + cut", whole, "-s"),
+                           ("save_on_root", "with_fsync", "the same, then fsync", whole, "--s"),
+                           ("save_on_root", "gather", "of which the gather", whole, ":^")]),
+        (axes[1], "load", [("load_shards", "time", "load_shards, moments sliced", sliced, "-o"),
+                           ("load_on_all", "time", "whole moments + load_on_all + cut", whole, "-s"),
+                           ("load_on_all", "cut", "of which the cut", whole, ":^")]),
+    ]:
+        for line in lines:
+            series(ax, *line)
+        ax.set_ylabel(f"{what} time (ms, median; bars min-max)")
+    for op, label, colour, style in [("save_shards", "save_shards", sliced, "-o"),
+                                     ("load_shards", "load_shards", sliced, "--o"),
+                                     ("save_on_root", "gather + save_on_root", whole, "-s"),
+                                     ("load_on_all", "load_on_all + cut", whole, "--s")]:
+        peak = [max(x["heap_extra_bytes_max"] for x in r["ops"][op]["per_rank"]) / 2**20 for r in runs]
+        axes[2].plot(ranks, peak, style, color=colour, label=label)
+    bound = [max(x["part_plus_bucket_bytes"] for x in r["ops"]["load_shards"]["per_rank"]
+                 + r["ops"]["save_shards"]["per_rank"]) / 2**20 for r in runs]
+    axes[2].plot(ranks, bound, ":", color="#444444", label="its part + one bucket (sliced calls)")
+    axes[2].set_ylabel("peak extra heap per rank (MiB, the largest rank's max)")
+    for ax in axes:
+        ax.set_xticks(ranks, [str(n) for n in ranks])
+        ax.set_xlabel("ranks (4 oversubscribed on 2 cores)")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_title(f"Save of {data['mib']} MiB (1/3 parameters, 2/3 moments)")
+    axes[1].set_title("Load, from the page cache" if data["page_cache"].startswith("warm") else "Load")
+    axes[2].set_title("Peak extra memory per rank")
+    fig.suptitle(f"ZeRO checkpoints across ranks, moments held sliced, {data['rounds']} rounds at "
+                 f"{data['commit']} (load average {data['load_average_at_start']:.1f} at start)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(DOCS / "shards_zero.svg", metadata={"Date": None})
+    plt.close(fig)
+    print("wrote docs/shards_zero.svg")
+
+
 if __name__ == "__main__":
-    if not (RANKS_ONLY or SHARDS_ONLY):
+    if not (RANKS_ONLY or SHARDS_ONLY or ZERO_ONLY):
         lookup_depth(criterion())
-    if not SHARDS_ONLY:
+    if not (SHARDS_ONLY or ZERO_ONLY):
         ranks_charts()
-    if not RANKS_ONLY:
+    if not (RANKS_ONLY or ZERO_ONLY):
         shards_chart()
+    if not RANKS_ONLY:
+        shards_zero_chart()

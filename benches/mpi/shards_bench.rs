@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! cargo build --release --features mpi --example shards_bench
-//! mpirun -np 2 target/release/examples/shards_bench [MIB] [ROUNDS] [DIR] [--cold]
+//! mpirun -np 2 target/release/examples/shards_bench [MIB] [ROUNDS] [DIR] [--cold] [--zero]
 //! ```
 //!
 //! - The state: 300 `f32` tensors of sizes growing as i² (the largest about
@@ -22,9 +22,12 @@
 //! - Time: every rank starts the call after a barrier and stops its clock
 //!   when the call returns (each call ends with its own exchange of
 //!   outcomes); the figure is the slowest rank's. After each save, every
-//!   rank that wrote a file flushes it to the disk (`fsync`), timed apart:
-//!   neither save flushes its tensors' bytes itself, so the call's time is
-//!   the time to hand them to the page cache.
+//!   rank that wrote a file flushes it to the disk (`fsync`), timed apart.
+//!   `save_shards` flushes its shards itself before the ranks agree they
+//!   are written, so its time includes the disk's and its flush here finds
+//!   little left; `save_on_root` does not, so its time is the time to hand
+//!   the bytes to the page cache: compare the two with the flush
+//!   (`with_fsync`).
 //! - Bytes: what the call reports (`ShardedSave::bytes`,
 //!   `ShardedLoad::bytes`; `save_on_root` writes all on rank 0,
 //!   `load_on_all` reads all on every rank), and what the process read and
@@ -44,11 +47,22 @@
 //!   (`/proc/sys/vm/drop_caches`, root only) before each load; the output
 //!   says which.
 //!
+//! - `--zero` measures a ZeRO state instead (`benches/mpi/shards_zero.rs`):
+//!   a third of the bytes in 100 replicated `f32` parameters, two thirds in
+//!   their Adam moments `@M` and `@V`, which each rank holds only its pieces
+//!   of ([`SlicedState`](scopetree::ranks::SlicedState)). `save_shards` and
+//!   `load_shards` are the plan's with the sliced state; `save_on_root` and
+//!   `load_on_all` are what a ZeRO user has without it: the moments made
+//!   whole on every rank (all-gathered for a save), then cut back to the
+//!   pieces, all in the call's time. Each load's values are checked.
+//!
 //! Rank 0 prints one `key=value` line per measurement, each starting with
-//! `shards_bench`.
+//! `shards_bench` (with `--zero`, `mode=zero` after the line's kind).
 
 #[path = "../../tests/support/peak_alloc.rs"]
 mod peak_alloc;
+#[path = "shards_zero.rs"]
+mod zero;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -56,7 +70,7 @@ use std::time::Instant;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Root};
 use scopetree::checkpoint::{SaveOptions, Tensor};
-use scopetree::ranks::{DEFAULT_BUCKET_BYTES, PlanOptions, SyncPlan};
+use scopetree::ranks::{DEFAULT_BUCKET_BYTES, Digest, PlanOptions, SyncPlan};
 use scopetree::{ScopeId, ScopeTree};
 
 /// The four calls, in the order a round runs them.
@@ -147,9 +161,15 @@ struct Sample {
     /// `rchar` and `wchar` during the call.
     rchar: f64,
     wchar: f64,
+    /// Of `bytes`, those of sliced state (`--zero`).
+    state_bytes: f64,
+    /// Seconds of `secs` spent before and after the library's call, making
+    /// the moments whole and cutting them back (`--zero`'s one-rank calls).
+    before_secs: f64,
+    after_secs: f64,
 }
 
-const FIELDS: usize = 7;
+const FIELDS: usize = 10;
 
 impl Sample {
     fn to_array(self) -> [f64; FIELDS] {
@@ -161,6 +181,9 @@ impl Sample {
             self.rchar,
             self.wchar,
             self.heap_extra,
+            self.state_bytes,
+            self.before_secs,
+            self.after_secs,
         ]
     }
 }
@@ -232,9 +255,133 @@ fn work_dir(world: &SimpleCommunicator, base: &Path) -> PathBuf {
     base.join(format!("shards_bench-{}", pid[0]))
 }
 
+/// A state and its four calls ([`OPS`]), each measured on every rank.
+trait Calls {
+    /// The keys the start line gives the state.
+    fn describe(&self) -> String;
+    /// The state's bytes.
+    fn total(&self) -> u64;
+    /// Runs call `op` (an index into [`OPS`]) into or from `shards` (a
+    /// directory) or `single` (a file), measured on every rank.
+    fn call(
+        &mut self,
+        world: &SimpleCommunicator,
+        op: usize,
+        shards: &Path,
+        single: &Path,
+    ) -> Sample;
+    /// Checks the state after the last round (panics when it is wrong).
+    fn finish(&mut self);
+    /// The key each line carries after its kind (`mode=zero `), if any.
+    fn mode(&self) -> &'static str {
+        ""
+    }
+    /// The names of the parts of call `op`'s time spent before and after
+    /// the library's call, for calls that have them.
+    fn phases(&self, _op: usize) -> Option<(&'static str, &'static str)> {
+        None
+    }
+}
+
+/// The replicated state: 300 `f32` tensors, the same on every rank, in one
+/// plan.
+struct Replicated {
+    tree: ScopeTree,
+    plan: SyncPlan,
+    total: u64,
+    largest: u64,
+    tensors: usize,
+    /// The plan's digest before the first call.
+    before: Digest,
+}
+
+impl Replicated {
+    fn new(world: &SimpleCommunicator, mib: usize) -> Self {
+        let (tree, scope, sizes) = state(mib * (1 << 20) / 4, 300);
+        let mut plan = SyncPlan::new(world, &tree, scope, &PlanOptions::new()).unwrap();
+        let before = plan.digest(&tree).unwrap();
+        Self {
+            tree,
+            plan,
+            total: sizes.iter().sum(),
+            largest: sizes.iter().copied().max().unwrap_or(0),
+            tensors: sizes.len(),
+            before,
+        }
+    }
+}
+
+impl Calls for Replicated {
+    fn describe(&self) -> String {
+        format!(
+            "tensors={} state_bytes={} largest_tensor_bytes={}",
+            self.tensors, self.total, self.largest
+        )
+    }
+
+    fn total(&self) -> u64 {
+        self.total
+    }
+
+    fn call(
+        &mut self,
+        world: &SimpleCommunicator,
+        op: usize,
+        shards: &Path,
+        single: &Path,
+    ) -> Sample {
+        let (tree, plan, total) = (&mut self.tree, &mut self.plan, self.total);
+        let me = world.rank() == 0;
+        match op {
+            0 => {
+                let mut saved = None;
+                let mut s = measure(world, || {
+                    let s = plan
+                        .save_shards(world, tree, shards, &SaveOptions::new())
+                        .unwrap();
+                    let bytes = s.bytes;
+                    saved = Some(s);
+                    bytes
+                });
+                let mine: Vec<PathBuf> = saved
+                    .and_then(|s| s.mine)
+                    .map(|m| shards.join(m))
+                    .into_iter()
+                    .collect();
+                s.fsync_secs = flush(world, &mine);
+                s
+            }
+            1 => measure(world, || {
+                plan.load_shards(world, tree, shards).unwrap().bytes
+            }),
+            2 => {
+                let mut s = measure(world, || {
+                    let report = plan
+                        .save_on_root(world, tree, single, 0, &SaveOptions::new())
+                        .unwrap();
+                    report.map_or(0, |_| total)
+                });
+                let mine: Vec<PathBuf> = if me { vec![single.to_owned()] } else { vec![] };
+                s.fsync_secs = flush(world, &mine);
+                s
+            }
+            _ => measure(world, || {
+                plan.load_on_all(world, tree, single).unwrap();
+                total
+            }),
+        }
+    }
+
+    fn finish(&mut self) {
+        let after = self.plan.digest(&self.tree).unwrap();
+        assert_eq!(self.before, after, "the loads changed the state");
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let cold = args.iter().any(|a| a == "--cold");
+    let zero = args.iter().any(|a| a == "--zero");
     let args: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     let mib: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1024);
     let rounds: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
@@ -247,18 +394,19 @@ fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let load: Vec<&str> = load.split_whitespace().take(3).collect();
     let resets = reset_works();
-    let (mut tree, scope, sizes) = state(mib * (1 << 20) / 4, 300);
-    let total: u64 = sizes.iter().sum();
-    let largest = sizes.iter().copied().max().unwrap_or(0);
-    let mut plan = SyncPlan::new(&world, &tree, scope, &PlanOptions::new()).unwrap();
-    let before = plan.digest(&tree).unwrap();
+    let mut calls: Box<dyn Calls> = if zero {
+        Box::new(zero::Zero::new(&world, mib))
+    } else {
+        Box::new(Replicated::new(&world, mib))
+    };
+    let (total, mode) = (calls.total(), calls.mode());
     let dir = work_dir(&world, &base);
     if me {
         println!(
-            "shards_bench start ranks={size} mib={mib} tensors={} state_bytes={total} \
-             largest_tensor_bytes={largest} bucket_bytes={DEFAULT_BUCKET_BYTES} rounds={rounds} \
+            "shards_bench start {mode}ranks={size} mib={mib} {} \
+             bucket_bytes={DEFAULT_BUCKET_BYTES} rounds={rounds} \
              warmup_rounds=1 loadavg={} dir={} hwm_reset={} page_cache={}",
-            sizes.len(),
+            calls.describe(),
             load.join(","),
             dir.display(),
             if resets { "works" } else { "FAILS" },
@@ -297,44 +445,7 @@ fn main() {
             if cold && me && (op == 1 || op == 3) {
                 cold_ok &= drop_caches();
             }
-            got[op] = match op {
-                0 => {
-                    let mut saved = None;
-                    let mut s = measure(&world, || {
-                        let s = plan
-                            .save_shards(&world, &tree, &shards, &SaveOptions::new())
-                            .unwrap();
-                        let bytes = s.bytes;
-                        saved = Some(s);
-                        bytes
-                    });
-                    let mine: Vec<PathBuf> = saved
-                        .and_then(|s| s.mine)
-                        .map(|m| shards.join(m))
-                        .into_iter()
-                        .collect();
-                    s.fsync_secs = flush(&world, &mine);
-                    s
-                }
-                1 => measure(&world, || {
-                    plan.load_shards(&world, &mut tree, &shards).unwrap().bytes
-                }),
-                2 => {
-                    let mut s = measure(&world, || {
-                        let report = plan
-                            .save_on_root(&world, &tree, &single, 0, &SaveOptions::new())
-                            .unwrap();
-                        report.map_or(0, |_| total)
-                    });
-                    let mine: Vec<PathBuf> = if me { vec![single.clone()] } else { vec![] };
-                    s.fsync_secs = flush(&world, &mine);
-                    s
-                }
-                _ => measure(&world, || {
-                    plan.load_on_all(&world, &mut tree, &single).unwrap();
-                    total
-                }),
-            };
+            got[op] = calls.call(&world, op, &shards, &single);
         }
 
         for (op, s) in got.into_iter().enumerate() {
@@ -354,17 +465,16 @@ fn main() {
             std::fs::remove_dir_all(&here).unwrap();
         }
     }
-    let after = plan.digest(&tree).unwrap();
-    assert_eq!(before, after, "the loads changed the state");
+    calls.finish();
 
     if me {
         println!(
-            "shards_bench files ranks={size} sharded_dir_bytes={shard_bytes} \
+            "shards_bench files {mode}ranks={size} sharded_dir_bytes={shard_bytes} \
              single_file_bytes={single_bytes} state_bytes={total}"
         );
         if cold {
             println!(
-                "shards_bench cold ranks={size} drop_caches={}",
+                "shards_bench cold {mode}ranks={size} drop_caches={}",
                 if cold_ok { "worked" } else { "FAILED" }
             );
         }
@@ -386,12 +496,30 @@ fn main() {
             let (dlo, dhi) = min_max(&durable);
             // Bytes per round summed over the ranks (the same every round).
             let sum_of = |f: usize| -> f64 { rounds_of[0].iter().map(|s| s[f]).sum() };
+            // `--zero`'s keys: the state's bytes, and the parts of the
+            // one-rank calls' time outside the library's call.
+            let mut extra = String::new();
+            if !mode.is_empty() {
+                extra += &format!(" state_bytes_all_ranks={:.0}", sum_of(7));
+            }
+            if let Some((before, after)) = calls.phases(op) {
+                for (what, f) in [(before, 8), (after, 9)] {
+                    let part = slowest(f);
+                    let (plo, phi) = min_max(&part);
+                    extra += &format!(
+                        " {what}_ms_median={:.1} {what}_ms_min={:.1} {what}_ms_max={:.1}",
+                        median(part) * 1e3,
+                        plo * 1e3,
+                        phi * 1e3
+                    );
+                }
+            }
             println!(
-                "shards_bench op={name} ranks={size} mib={mib} time_ms_median={:.1} \
+                "shards_bench op={name} {mode}ranks={size} mib={mib} time_ms_median={:.1} \
                  time_ms_min={:.1} time_ms_max={:.1} fsync_ms_median={:.1} fsync_ms_min={:.1} \
                  fsync_ms_max={:.1} with_fsync_ms_median={:.1} with_fsync_ms_min={:.1} \
                  with_fsync_ms_max={:.1} bytes_all_ranks={:.0} bytes_all_ranks_over_state={:.3} \
-                 rchar_all_ranks={:.0} wchar_all_ranks={:.0}",
+                 rchar_all_ranks={:.0} wchar_all_ranks={:.0}{extra}",
                 median(secs) * 1e3,
                 lo * 1e3,
                 hi * 1e3,
@@ -413,14 +541,19 @@ fn main() {
                 let (hlo, hhi) = min_max(&heaps);
                 let bytes = rounds_of[0][r][2];
                 let bound = bytes + DEFAULT_BUCKET_BYTES as f64;
+                let extra = if mode.is_empty() {
+                    String::new()
+                } else {
+                    format!(" state_bytes={:.0}", rounds_of[0][r][7])
+                };
                 println!(
-                    "shards_bench op={name} ranks={size} rank={r} bytes={bytes:.0} \
+                    "shards_bench op={name} {mode}ranks={size} rank={r} bytes={bytes:.0} \
                      time_ms_median={:.1} heap_extra_bytes_median={:.0} \
                      heap_extra_bytes_min={hlo:.0} heap_extra_bytes_max={hhi:.0} \
                      rss_extra_bytes_median={:.0} rss_extra_bytes_min={plo:.0} \
                      rss_extra_bytes_max={phi:.0} part_plus_bucket_bytes={bound:.0} \
                      heap_max_over_part_plus_bucket={:.3} rss_max_over_part_plus_bucket={:.3} \
-                     rchar={:.0} wchar={:.0}",
+                     rchar={:.0} wchar={:.0}{extra}",
                     median(of(0)) * 1e3,
                     median(heaps.clone()),
                     median(peaks.clone()),
@@ -433,7 +566,10 @@ fn main() {
         }
         let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
         let load: Vec<&str> = load.split_whitespace().take(3).collect();
-        println!("shards_bench end ranks={size} loadavg={}", load.join(","));
+        println!(
+            "shards_bench end {mode}ranks={size} loadavg={}",
+            load.join(",")
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
