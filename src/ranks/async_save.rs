@@ -49,12 +49,15 @@ impl Shards {
     /// for the next save.
     fn write(self) -> Written {
         let (model, written) = match self.model {
-            Some(shard) => shard.write(),
+            Some(shard) => {
+                let (buffers, written) = shard.write();
+                (buffers, written.map_err(Error::from))
+            }
             None => (Vec::new(), Ok(())),
         };
         let (state, written) = match self.state {
             Some((file, buffers, dir)) => {
-                let w = written.and_then(|()| file.write(&dir, &buffers));
+                let w = written.and_then(|()| file.write(&dir, None, &buffers));
                 (buffers, w)
             }
             None => (self.spare_state, written),
@@ -86,7 +89,7 @@ impl Shard {
 
 /// What the background writer hands back: the staging buffers (the
 /// parameters' and the state's), and how the writes went.
-type Written = ((Vec<Vec<u8>>, Vec<Vec<u8>>), Result<(), checkpoint::Error>);
+type Written = ((Vec<Vec<u8>>, Vec<Vec<u8>>), Result<(), Error>);
 
 /// A save whose shard is being written.
 struct Pending {
@@ -286,15 +289,15 @@ impl AsyncSaver {
         // The state first: gathering its split tensors is collective.
         let mut state_buffers = std::mem::take(&mut self.spare_state);
         let state = match &prepared.state {
-            Some(st) => plan.stage_state(comm, tree, st, &prepared.save_id, &mut state_buffers)?,
+            Some(st) => {
+                plan.stage_state(comm, tree, st, &prepared.save_id, true, &mut state_buffers)?
+            }
             None => None,
         };
         if let Some(file) = &state {
             report.state_shard = Some(file.name.clone());
             report.state_keys = file.tensors.iter().map(|t| t.0.clone()).collect();
-            report.state_bytes = (state_buffers.iter().take(file.tensors.len()))
-                .map(|b| b.len() as u64)
-                .sum();
+            report.state_bytes = file.bytes();
         }
         self.staging_state = state_buffers.iter().map(Vec::capacity).sum();
         let model = match prepared.mine {
@@ -411,7 +414,7 @@ impl AsyncSaver {
                         self.spare = buffers;
                     }
                     self.spare_state = state;
-                    written.map_err(Error::from)
+                    written
                 }
                 Err(_) => {
                     let shown = pending.dir.to_string_lossy();

@@ -377,8 +377,8 @@ impl SyncPlan {
     /// `optimizer-0000k-of-0000N.safetensors`: each tensor by the rank that
     /// owns its middle element, which receives the pieces the other ranks
     /// own of it (only tensors that two slices split move). That index is
-    /// written just before the parameters' index. Memory: the state tensors
-    /// this rank writes, which are its slice give or take the split tensors.
+    /// written just before the parameters' index. Memory: the split tensors
+    /// this rank writes (it writes those it owns whole from its variables).
     ///
     /// Keys are the manifest's (`/`-separated); `opts`' separator and
     /// filter are the plan's own, its other options apply
@@ -428,7 +428,7 @@ impl SyncPlan {
         let mut saved = prepared.report();
         let mut buffers = Vec::new();
         let state = match &prepared.state {
-            Some(st) => self.stage_state(comm, tree, st, &prepared.save_id, &mut buffers)?,
+            Some(st) => self.stage_state(comm, tree, st, &prepared.save_id, false, &mut buffers)?,
             None => None,
         };
         let written = match prepared.mine {
@@ -456,12 +456,8 @@ impl SyncPlan {
             Some(file) => {
                 saved.state_shard = Some(file.name.clone());
                 saved.state_keys = file.tensors.iter().map(|t| t.0.clone()).collect();
-                saved.state_bytes = buffers
-                    .iter()
-                    .take(file.tensors.len())
-                    .map(|b| b.len() as u64)
-                    .sum();
-                file.write(dir, &buffers).map_err(Error::from)
+                saved.state_bytes = file.bytes();
+                file.write(dir, Some(tree), &buffers)
             }
             None => Ok(()),
         });

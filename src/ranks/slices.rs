@@ -55,15 +55,17 @@ fn scratch_len(layout: &StateLayout, manifest: &Manifest, cap: usize) -> usize {
 
 /// Builds, on each rank, the whole tensors of `bound` it holds: its own
 /// pieces copied, the pieces other ranks own received. Returns their
-/// positions in `bound.tensors`, in order; `buffers[k]` then holds the
-/// bytes of the `k`-th (the buffers keep their capacity from call to
-/// call). A collective call, in the same order on every rank. O(bytes
-/// held + bytes of the split tensors' pieces); memory: the tensors held
-/// plus one chunk.
+/// positions in `bound.tensors`, in order, each with the staging buffer
+/// that holds its bytes (the buffers keep their capacity from call to
+/// call); with `copy_own` false, a tensor this rank owns whole is not
+/// copied (`None`: its bytes are its variable's). A collective call, in
+/// the same order on every rank. O(bytes copied + bytes of the split
+/// tensors' pieces); memory: the tensors copied plus one chunk.
 ///
 /// # Errors
 /// A failed collective; [`Error::Tree`] for a variable that changed since
 /// `bound` (never while the caller holds the tree).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn gather_whole<C: Collective + ?Sized>(
     comm: &C,
     tree: &ScopeTree,
@@ -71,39 +73,47 @@ pub(super) fn gather_whole<C: Collective + ?Sized>(
     manifest: &Manifest,
     bound: &BoundState,
     cap: usize,
+    copy_own: bool,
     buffers: &mut Vec<Vec<u8>>,
-) -> Result<Vec<usize>, Error> {
+) -> Result<Vec<(usize, Option<usize>)>, Error> {
     let me = comm.rank();
     let mut scratch = vec![0_u8; scratch_len(layout, manifest, cap)];
     let mut held = Vec::new();
+    let mut used = 0;
     for (t, tensor) in bound.tensors.iter().enumerate() {
         let holder = layout.holders[tensor.var];
+        let owners = &layout.owners[tensor.var];
         let (size, total) = bytes_of(layout, manifest, bound, t);
+        if me == holder && !copy_own && owners.len() == 1 {
+            held.push((t, None)); // its variable is the whole tensor
+            continue;
+        }
         if me == holder {
-            if buffers.len() <= held.len() {
+            if buffers.len() <= used {
                 buffers.push(Vec::new());
             }
-            let buf = &mut buffers[held.len()];
+            let buf = &mut buffers[used];
             buf.clear();
             buf.resize(total, 0);
-            held.push(t);
+            held.push((t, Some(used)));
+            used += 1;
         }
         let mine = match bound.mine[t] {
             Some((_, slot)) => (slot.access.bytes)(tree, slot.id)?,
             None => &[][..],
         };
-        for &(owner, p) in &layout.owners[tensor.var] {
+        for &(owner, p) in owners {
             let at = range(p.start, p.len, size);
             if owner == holder {
                 if me == holder {
-                    buffers[held.len() - 1][at].copy_from_slice(mine);
+                    buffers[used - 1][at].copy_from_slice(mine);
                 }
                 continue;
             }
             for (off, n) in chunks(at.len(), cap) {
                 if me == holder {
                     let to = at.start + off;
-                    comm.broadcast_bytes(owner, &mut buffers[held.len() - 1][to..to + n])?;
+                    comm.broadcast_bytes(owner, &mut buffers[used - 1][to..to + n])?;
                 } else {
                     if me == owner {
                         scratch[..n].copy_from_slice(&mine[off..off + n]);

@@ -17,6 +17,7 @@ use super::error::Error;
 use super::plan::SyncPlan;
 use super::sliced::BoundState;
 use super::slices::gather_whole;
+use super::values::Slot;
 use crate::ScopeTree;
 use crate::checkpoint::{
     self, CHECKSUM_PREFIX, Dtype, INDEX_FILE, OPTIMIZER_INDEX_FILE, Opened, SAVE_ID, Staged,
@@ -36,22 +37,42 @@ pub(super) struct PreparedState {
     pub(super) total: u64,
 }
 
-/// One staged shard of state: its tensors' keys, dtypes and shapes (their
-/// bytes are the staging buffers, in order), its metadata and file name.
+/// One staged shard of state: its tensors' keys, dtypes and shapes, where
+/// each one's bytes are (a staging buffer, or `None` for its variable's
+/// own), its metadata and file name.
 pub(super) struct StateFile {
     pub(super) tensors: Vec<(String, Dtype, Vec<usize>)>,
+    /// Per tensor: its staging buffer, or `None` for the bytes of its
+    /// variable (this rank's whole piece), in `slots`.
+    pub(super) buffers: Vec<Option<usize>>,
+    /// Per tensor: this rank's variable of it, if it holds the whole.
+    pub(super) slots: Vec<Option<Slot>>,
     pub(super) metadata: HashMap<String, String>,
     pub(super) name: String,
 }
 
 impl StateFile {
-    /// Writes the shard into `dir` from `buffers`, atomically, and flushes
-    /// it to the disk. O(bytes).
-    pub(super) fn write(&self, dir: &Path, buffers: &[Vec<u8>]) -> Result<(), checkpoint::Error> {
+    /// Writes the shard into `dir`, atomically, and flushes it to the disk:
+    /// each tensor from its staging buffer in `buffers`, or from its
+    /// variable in `tree` (given when some tensor is not staged). O(bytes).
+    pub(super) fn write(
+        &self,
+        dir: &Path,
+        tree: Option<&ScopeTree>,
+        buffers: &[Vec<u8>],
+    ) -> Result<(), Error> {
+        let mut bytes: Vec<&[u8]> = Vec::with_capacity(self.tensors.len());
+        for (b, slot) in self.buffers.iter().zip(&self.slots) {
+            bytes.push(match (b, slot, tree) {
+                (Some(k), ..) => &buffers[*k],
+                (None, Some(slot), Some(tree)) => (slot.access.bytes)(tree, slot.id)?,
+                (None, ..) => unreachable!("a tensor not staged is written from its tree"),
+            });
+        }
         let staged: Vec<Staged<'_>> = self
             .tensors
             .iter()
-            .zip(buffers)
+            .zip(bytes)
             .map(|((key, dtype, shape), bytes)| Staged {
                 key,
                 dtype: *dtype,
@@ -61,7 +82,15 @@ impl StateFile {
             .collect();
         let path = dir.join(&self.name);
         write_tensors(&staged, None, Some(self.metadata.clone()), &path)?;
-        sync_file(&path)
+        Ok(sync_file(&path)?)
+    }
+
+    /// The bytes of the state this shard holds. O(tensors).
+    pub(super) fn bytes(&self) -> u64 {
+        self.tensors
+            .iter()
+            .map(|(_, d, s)| (s.iter().product::<usize>() * d.bitsize() / 8) as u64)
+            .sum()
     }
 }
 
@@ -150,52 +179,59 @@ impl SyncPlan {
 
     /// Gathers the whole tensors this rank holds into `buffers` and
     /// describes its shard (`None` on a rank that holds none), stamped
-    /// with `save_id`, `"format": "pt"` and each tensor's checksum. A
-    /// collective call. O(bytes held + bytes of the split tensors'
-    /// pieces).
+    /// with `save_id`, `"format": "pt"` and each tensor's checksum; with
+    /// `copy_own` false, a tensor the rank holds whole stays in its
+    /// variable. A collective call. O(bytes held + bytes of the split
+    /// tensors' pieces).
     ///
     /// # Errors
     /// A failed collective.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn stage_state<C: Collective + ?Sized>(
         &self,
         comm: &C,
         tree: &ScopeTree,
         prepared: &PreparedState,
         save_id: &str,
+        copy_own: bool,
         buffers: &mut Vec<Vec<u8>>,
     ) -> Result<Option<StateFile>, Error> {
         let Some(layout) = &self.state else {
             return Ok(None);
         };
         let bound = &prepared.bound;
-        let held = gather_whole(
-            comm,
-            tree,
-            layout,
-            self.manifest(),
-            bound,
-            self.byte_cap(),
-            buffers,
-        )?;
+        let cap = self.byte_cap();
+        let manifest = self.manifest();
+        let held = gather_whole(comm, tree, layout, manifest, bound, cap, copy_own, buffers)?;
         let Some(mine) = prepared.mine else {
             return Ok(None);
         };
         let mut metadata = HashMap::new();
         metadata.insert("format".to_owned(), "pt".to_owned());
         metadata.insert(SAVE_ID.to_owned(), save_id.to_owned());
-        let mut tensors = Vec::with_capacity(held.len());
-        for (&t, bytes) in held.iter().zip(buffers.iter()) {
-            let key = &bound.tensors[t].key;
-            let e = &self.manifest().entries()[layout.vars[bound.tensors[t].var]];
-            let sum = format!("{:032x}", hash_bytes(bytes));
-            metadata.insert(format!("{CHECKSUM_PREFIX}{key}"), sum);
-            tensors.push((key.clone(), e.dtype, e.shape.clone()));
-        }
-        Ok(Some(StateFile {
-            tensors,
+        let mut file = StateFile {
+            tensors: Vec::with_capacity(held.len()),
+            buffers: Vec::with_capacity(held.len()),
+            slots: Vec::with_capacity(held.len()),
             metadata,
             name: prepared.shards[mine].clone(),
-        }))
+        };
+        for (t, buffer) in held {
+            let key = &bound.tensors[t].key;
+            let e = &manifest.entries()[layout.vars[bound.tensors[t].var]];
+            let slot = bound.mine[t].map(|(_, s)| s);
+            let bytes = match (buffer, slot) {
+                (Some(k), _) => &buffers[k][..],
+                (None, Some(slot)) => (slot.access.bytes)(tree, slot.id)?,
+                (None, None) => &[][..],
+            };
+            let sum = format!("{:032x}", hash_bytes(bytes));
+            file.metadata.insert(format!("{CHECKSUM_PREFIX}{key}"), sum);
+            file.tensors.push((key.clone(), e.dtype, e.shape.clone()));
+            file.buffers.push(buffer);
+            file.slots.push(slot);
+        }
+        Ok(Some(file))
     }
 }
 
