@@ -153,8 +153,14 @@ fn sums_and_means_reach_the_grad_store_in_every_bucket_size() -> R {
     let idle = store.get(4, "c.idle", Init::Const(1.0), DType::F32, &CPU)?;
     let cw = Tensor::new(&[[1.0_f32, 2.0, 3.0], [4.0, 5.0, 6.0]], &CPU)?;
     let cv = Tensor::new(&[7.0_f64, 8.0, 9.0, 10.0, 11.0], &CPU)?;
-    for bucket in [4, 8, 12, 1 << 20] {
-        let mut plan = CandlePlan::new(&Mirror, &store, &PlanOptions::new().bucket_bytes(bucket))?;
+    // Fused in buckets, and sent from the gradients' own storage into
+    // buffers that become the result tensors (direct from 1 byte).
+    let cases = [4, 8, 12, 1 << 20]
+        .into_iter()
+        .flat_map(|b| [(b, usize::MAX), (b, 1)]);
+    for (bucket, direct) in cases {
+        let opts = PlanOptions::new().bucket_bytes(bucket).direct_bytes(direct);
+        let mut plan = CandlePlan::new(&Mirror, &store, &opts)?;
         for (op, factor) in [(Reduce::Sum, 2.0), (Reduce::Mean, 1.0)] {
             let loss = (w.mul(&cw)?.sum_all()? + v.mul(&cv)?.sum_all()?.to_dtype(DType::F32)?)?;
             let mut grads = loss.backward()?;
@@ -165,10 +171,10 @@ fn sums_and_means_reach_the_grad_store_in_every_bucket_size() -> R {
                 .iter()
                 .map(|r| r.iter().map(|x| x * factor as f32).collect())
                 .collect();
-            assert_eq!(gw, want, "bucket {bucket}, {op:?}");
+            assert_eq!(gw, want, "bucket {bucket}, direct {direct}, {op:?}");
             let gv = grads.get(&v).expect("v's gradient").to_vec1::<f64>()?;
             let want: Vec<f64> = cv.to_vec1::<f64>()?.iter().map(|x| x * factor).collect();
-            assert_eq!(gv, want, "bucket {bucket}, {op:?}");
+            assert_eq!(gv, want, "bucket {bucket}, direct {direct}, {op:?}");
             assert!(
                 grads.get(&idle).is_none(),
                 "no rank had a gradient of c.idle"

@@ -1,7 +1,13 @@
 //! The ranks layer in one process, without MPI: the single-process world,
 //! manifests and their comparison, the error messages, and a plan's calls
-//! on a world of one. The multi-rank behaviour (agreement across ranks,
-//! broadcast, sums, divergence) runs under `mpirun` in `tests/ranks_mpi.rs`.
+//! on a world of one, and the all-reduce's sums at 2 to 4 ranks run as
+//! threads (`support/thread_world.rs`), fused in buckets or sent from the
+//! variables' own buffers. The multi-rank behaviour over MPI (agreement
+//! across ranks, broadcast, sums, divergence) runs under `mpirun` in
+//! `tests/ranks_mpi.rs`.
+
+#[path = "support/thread_world.rs"]
+mod thread_world;
 
 use scopetree::checkpoint::{self, Dtype, SaveOptions, Tensor};
 use scopetree::ranks::{
@@ -792,4 +798,140 @@ fn reduce_scatter_and_all_gather_on_one_rank_keep_every_value() -> R {
         "{err}"
     );
     Ok(())
+}
+
+/// Rank `rank`'s gradients: `a` (Vec<f32> [5]), `b` (Tensor<f32> [4, 10]),
+/// `c` (Box<[f64]> [30]), `d` (Vec<f64> [100]), element `i` of the `v`th
+/// being `v * 10 + rank * 1000 + i + 0.25`.
+fn rank_grads(rank: usize) -> (ScopeTree, ScopeId, Vec<VarId>) {
+    let x = |v: usize, i: usize| (v * 10 + rank * 1000 + i) as f64 + 0.25;
+    let mut tree = ScopeTree::new();
+    let g = tree.new_named_scope(tree.root(), "grads").expect("a scope");
+    let a = tree.var(g, "a").expect("a var");
+    tree.set(a, (0..5).map(|i| x(0, i) as f32).collect::<Vec<f32>>())
+        .expect("set");
+    let b = tree.var(g, "b").expect("a var");
+    let data: Vec<f32> = (0..40).map(|i| x(1, i) as f32).collect();
+    tree.set(b, Tensor::new(vec![4, 10], data).expect("a tensor"))
+        .expect("set");
+    let c = tree.var(g, "c").expect("a var");
+    let boxed: Box<[f64]> = (0..30).map(|i| x(2, i)).collect();
+    tree.set(c, boxed).expect("set");
+    let d = tree.var(g, "d").expect("a var");
+    tree.set(d, (0..100).map(|i| x(3, i)).collect::<Vec<f64>>())
+        .expect("set");
+    (tree, g, vec![a, b, c, d])
+}
+
+/// Every element of `rank_grads`' variables, as f64.
+fn grad_values(tree: &ScopeTree, vars: &[VarId]) -> Vec<f64> {
+    let mut out: Vec<f64> = Vec::new();
+    out.extend(
+        tree.get::<Vec<f32>>(vars[0])
+            .expect("a")
+            .iter()
+            .map(|&x| f64::from(x)),
+    );
+    let b = tree.get::<Tensor<f32>>(vars[1]).expect("b");
+    assert_eq!(b.shape(), [4, 10], "the tensor keeps its shape");
+    out.extend(b.data().iter().map(|&x| f64::from(x)));
+    out.extend(tree.get::<Box<[f64]>>(vars[2]).expect("c").iter());
+    out.extend(tree.get::<Vec<f64>>(vars[3]).expect("d").iter());
+    out
+}
+
+#[test]
+fn sums_are_exact_whether_fused_or_sent_from_the_variables_own_buffers() {
+    for ranks in 2..=4 {
+        // The sums, in rank order as the thread world adds them, in each
+        // variable's own type; then the means.
+        let mut want_sum = vec![0.0_f64; 175];
+        let mut want_sum32 = [0.0_f32; 45];
+        for r in 0..ranks {
+            let (tree, _, vars) = rank_grads(r);
+            let v = grad_values(&tree, &vars);
+            for (i, x) in v.iter().enumerate() {
+                if i < 45 {
+                    want_sum32[i] += *x as f32;
+                } else {
+                    want_sum[i] += x;
+                }
+            }
+        }
+        let n = ranks as f64;
+        let sums: Vec<f64> = (0..175)
+            .map(|i| {
+                if i < 45 {
+                    f64::from(want_sum32[i])
+                } else {
+                    want_sum[i]
+                }
+            })
+            .collect();
+        let means: Vec<f64> = (0..175)
+            .map(|i| {
+                if i < 45 {
+                    f64::from(want_sum32[i] / ranks as f32)
+                } else {
+                    want_sum[i] / n
+                }
+            })
+            .collect();
+        for bucket in [8, 64, 1 << 20] {
+            for direct in [1, 100, usize::MAX] {
+                let got = thread_world::run(ranks, |w| {
+                    let (mut tree, g, vars) = rank_grads(w.rank());
+                    let opts = PlanOptions::new().bucket_bytes(bucket).direct_bytes(direct);
+                    let mut plan = SyncPlan::new(w, &tree, g, &opts).expect("a plan");
+                    plan.all_reduce(w, &mut tree, Reduce::Sum).expect("a sum");
+                    let sum = grad_values(&tree, &vars);
+                    let (mut tree, g, vars) = rank_grads(w.rank());
+                    let mut plan = SyncPlan::new(w, &tree, g, &opts).expect("a plan");
+                    plan.all_reduce(w, &mut tree, Reduce::Mean).expect("a mean");
+                    let mean = grad_values(&tree, &vars);
+                    (sum, mean, plan.reduce_buckets())
+                });
+                for (rank, (sum, mean, _)) in got.iter().enumerate() {
+                    let case =
+                        format!("{ranks} ranks, rank {rank}, bucket {bucket}, direct {direct}");
+                    assert_eq!(sum, &sums, "{case}");
+                    assert_eq!(mean, &means, "{case}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_direct_variable_swaps_buffers_step_after_step_and_keeps_its_values() {
+    let got = thread_world::run(2, |w| {
+        let (mut tree, g, vars) = rank_grads(w.rank());
+        let opts = PlanOptions::new().direct_bytes(1);
+        let mut plan = SyncPlan::new(w, &tree, g, &opts).expect("a plan");
+        let mut seen = Vec::new();
+        for step in 0..3 {
+            tree.get_mut::<Vec<f64>>(vars[3]).expect("d")[0] = f64::from(step);
+            plan.all_reduce(w, &mut tree, Reduce::Sum).expect("a sum");
+            seen.push(tree.get::<Vec<f64>>(vars[3]).expect("d")[0]);
+        }
+        seen
+    });
+    for seen in got {
+        assert_eq!(seen, [0.0, 2.0, 4.0]);
+    }
+}
+
+#[test]
+fn ranks_that_pass_different_direct_sizes_stop_at_the_plan() {
+    let got = thread_world::run(2, |w| {
+        let (tree, g, _) = rank_grads(w.rank());
+        let opts = PlanOptions::new().direct_bytes(if w.rank() == 0 { 1 } else { 1 << 20 });
+        SyncPlan::new(w, &tree, g, &opts)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+    for g in &got {
+        let msg = g.as_ref().expect_err("different direct sizes");
+        assert!(msg.contains("direct sizes"), "{msg}");
+    }
 }

@@ -45,14 +45,18 @@ fn grads() -> (ScopeTree, scopetree::ScopeId, Vec<VarId>) {
 fn all_reduce_and_the_consistency_check_allocate_nothing_per_step() {
     let (mut tree, grads, vars) = grads();
     let world = SingleProcess;
-    for bucket in [1 << 10, 25 << 20] {
-        let mut plan = SyncPlan::new(
-            &world,
-            &tree,
-            grads,
-            &PlanOptions::new().bucket_bytes(bucket),
-        )
-        .unwrap();
+    // Buckets of 1 KiB and 25 MiB; every variable fused, every variable
+    // sent from its own buffer (and swapped with a spare), and a mix.
+    let cases = [
+        (1 << 10, usize::MAX),
+        (25 << 20, usize::MAX),
+        (1 << 10, 1),
+        (25 << 20, 1),
+        (25 << 20, 1024),
+    ];
+    for (bucket, direct) in cases {
+        let opts = PlanOptions::new().bucket_bytes(bucket).direct_bytes(direct);
+        let mut plan = SyncPlan::new(&world, &tree, grads, &opts).unwrap();
         assert!(plan.reduce_buckets() >= 2);
         // One warm-up step, as a training loop's first.
         plan.all_reduce(&world, &mut tree, Reduce::Mean).unwrap();
@@ -67,7 +71,7 @@ fn all_reduce_and_the_consistency_check_allocate_nothing_per_step() {
         });
         assert_eq!(
             n, 0,
-            "{n} allocations in 50 steps with buckets of {bucket} bytes"
+            "{n} allocations in 50 steps with buckets of {bucket} bytes, direct from {direct}"
         );
         assert_eq!(tree.get::<Vec<f32>>(vars[1]).unwrap()[0], 49.0);
     }

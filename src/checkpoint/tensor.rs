@@ -81,6 +81,16 @@ impl<T> Tensor<T> {
         &mut self.data
     }
 
+    /// Swaps the elements with `other`'s when it holds as many (the shape
+    /// stays); returns whether it did. O(1).
+    pub(crate) fn swap_data(&mut self, other: &mut Vec<T>) -> bool {
+        if other.len() != self.data.len() {
+            return false;
+        }
+        std::mem::swap(&mut self.data, other);
+        true
+    }
+
     /// The shape and the elements. O(1).
     ///
     /// ```

@@ -16,6 +16,10 @@ trait Flat: Checkpointable {
     type E: Pod + Element;
     fn elems(&self) -> &[Self::E];
     fn elems_mut(&mut self) -> &mut [Self::E];
+    /// Takes `other`'s elements (as many as it holds), leaving it the old
+    /// ones; false, and nothing changed, when the lengths differ. O(1)
+    /// (no element copied).
+    fn swap_elems(&mut self, other: &mut Vec<Self::E>) -> bool;
 }
 
 impl<E: Pod + Element> Flat for Vec<E> {
@@ -25,6 +29,13 @@ impl<E: Pod + Element> Flat for Vec<E> {
     }
     fn elems_mut(&mut self) -> &mut [E] {
         self
+    }
+    fn swap_elems(&mut self, other: &mut Vec<E>) -> bool {
+        if other.len() != self.len() {
+            return false;
+        }
+        std::mem::swap(self, other);
+        true
     }
 }
 
@@ -36,6 +47,16 @@ impl<E: Pod + Element> Flat for Box<[E]> {
     fn elems_mut(&mut self) -> &mut [E] {
         self
     }
+    fn swap_elems(&mut self, other: &mut Vec<E>) -> bool {
+        // Only a buffer without spare capacity becomes a box without a
+        // reallocation.
+        if other.len() != self.len() || other.capacity() != other.len() {
+            return false;
+        }
+        let new = std::mem::take(other).into_boxed_slice();
+        *other = std::mem::replace(self, new).into_vec();
+        true
+    }
 }
 
 impl<E: Pod + Element> Flat for Tensor<E> {
@@ -45,6 +66,9 @@ impl<E: Pod + Element> Flat for Tensor<E> {
     }
     fn elems_mut(&mut self) -> &mut [E] {
         self.data_mut()
+    }
+    fn swap_elems(&mut self, other: &mut Vec<E>) -> bool {
+        self.swap_data(other)
     }
 }
 
@@ -62,6 +86,10 @@ pub(crate) struct Access {
     /// The value's elements as native bytes, mutably.
     pub(crate) bytes_mut:
         for<'t> fn(&'t mut ScopeTree, VarId) -> Result<&'t mut [u8], crate::Error>,
+    /// Swaps the value's elements with a `Vec` of its element type and
+    /// length behind the `&mut dyn Any` (no element copied); false when the
+    /// `Any` is not such a `Vec`.
+    pub(crate) swap: fn(&mut ScopeTree, VarId, &mut dyn Any) -> Result<bool, crate::Error>,
 }
 
 fn shape_of<T: Flat>(v: &dyn Any) -> Option<Vec<usize>> {
@@ -78,6 +106,17 @@ fn bytes_mut_of<T: Flat>(tree: &mut ScopeTree, var: VarId) -> Result<&mut [u8], 
     ))
 }
 
+fn swap_of<T: Flat>(
+    tree: &mut ScopeTree,
+    var: VarId,
+    other: &mut dyn Any,
+) -> Result<bool, crate::Error> {
+    let Some(other) = other.downcast_mut::<Vec<T::E>>() else {
+        return Ok(false);
+    };
+    Ok(tree.get_mut::<T>(var)?.swap_elems(other))
+}
+
 impl Access {
     fn of<T: Flat>() -> (TypeId, Self) {
         (
@@ -88,6 +127,7 @@ impl Access {
                 shape: shape_of::<T>,
                 bytes: bytes_of::<T>,
                 bytes_mut: bytes_mut_of::<T>,
+                swap: swap_of::<T>,
             },
         )
     }

@@ -113,6 +113,16 @@ pub(super) fn start<C: Collective + ?Sized, T>(
     let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
     let same: Same = ("bucket sizes", opts.bucket_bytes as u64, show_count);
     let value = settle(comm, &mut gathered, "building the plan", local, Some(same))?;
+    // The variables sent from their own buffers make calls of their own:
+    // every rank must pick the same ones.
+    let direct: Same = ("direct sizes", opts.direct_bytes as u64, show_count);
+    settle(
+        comm,
+        &mut gathered,
+        "building the plan",
+        Ok(()),
+        Some(direct),
+    )?;
     of(&value).agree(comm)?;
     Ok((value, gathered))
 }

@@ -6,48 +6,96 @@ use super::buckets::Buckets;
 use super::collective::Collective;
 use super::error::Error;
 use super::options::{PlanOptions, Reduce};
-use super::values::{Float, Values};
+use super::values::{Direct, Float, Values, cast};
 use crate::checkpoint::Dtype;
 
-/// The buckets and buffers of one float type.
+/// The buckets and buffers of one float type: small variables fused into
+/// buckets, copied in and out; variables of at least
+/// [`PlanOptions::direct_bytes`] sent from their own buffers into spare
+/// buffers, which then take their place.
 #[derive(Default)]
 pub(super) struct Lane<F> {
     buckets: Buckets,
+    /// The variables sent from their own buffers, each with its spare.
+    direct: Vec<Spare<F>>,
+    /// Per variable of the plan: whether it is in `direct` (the candle
+    /// path makes no result buffer for those).
+    #[cfg_attr(not(feature = "candle"), allow(dead_code))]
+    is_direct: Vec<bool>,
+    /// The most elements one call moves.
+    cap: usize,
     send: Vec<F>,
     recv: Vec<F>,
 }
 
+/// A variable sent from its own buffer, and the buffer its sums go to.
+struct Spare<F> {
+    var: usize,
+    len: usize,
+    /// Made by the first reduce; after each, it holds the variable's old
+    /// elements (or nothing, when the variable took it away).
+    buf: Vec<F>,
+}
+
 impl<F: Float> Lane<F> {
     /// The buckets of the variables of type `F` among `vars` (dtype and
-    /// bytes, in plan order). O(variables + buckets); allocates the two
-    /// buffers of one bucket.
+    /// bytes, in plan order), and the variables sent from their own
+    /// buffers. O(variables + buckets); allocates the two buffers of one
+    /// bucket (at most the fused variables' bytes).
     pub(super) fn new(vars: impl Iterator<Item = (Dtype, usize)>, opts: &PlanOptions) -> Self {
         let size = std::mem::size_of::<F>();
-        let buckets = Buckets::cut(
-            vars.enumerate()
-                .filter(|(_, (dtype, _))| *dtype == F::DTYPE)
-                .map(|(i, (_, nbytes))| (i, nbytes / size)),
-            opts.cap(size),
-        );
+        let mut fused = Vec::new();
+        let mut direct = Vec::new();
+        let mut is_direct = Vec::new();
+        for (i, (dtype, nbytes)) in vars.enumerate() {
+            is_direct.push(dtype == F::DTYPE && nbytes > 0 && nbytes >= opts.direct_bytes);
+            if dtype != F::DTYPE {
+                continue;
+            }
+            if is_direct[i] {
+                direct.push(Spare {
+                    var: i,
+                    len: nbytes / size,
+                    buf: Vec::new(),
+                });
+            } else {
+                fused.push((i, nbytes / size));
+            }
+        }
+        let cap = opts.cap(size);
+        let buckets = Buckets::cut(fused.into_iter(), cap);
         let n = buckets.longest();
         Self {
             buckets,
+            direct,
+            is_direct,
+            cap,
             send: vec![F::zeroed(); n],
             recv: vec![F::zeroed(); n],
         }
     }
 
-    /// How many all-reduce calls one reduction makes. O(1).
-    pub(super) fn calls(&self) -> usize {
-        self.buckets.buckets.len()
+    /// Whether the plan's variable `var` is sent from its own buffer. O(1).
+    #[cfg(feature = "candle")]
+    pub(super) fn is_direct(&self, var: usize) -> bool {
+        self.is_direct.get(var).copied().unwrap_or(false)
     }
 
-    /// Sums (or averages) every bucket over the ranks, in place.
-    /// Allocates nothing; O(bytes) of copies.
+    /// How many all-reduce calls one reduction makes. O(direct variables).
+    pub(super) fn calls(&self) -> usize {
+        let direct: usize = self.direct.iter().map(|d| d.len.div_ceil(self.cap)).sum();
+        self.buckets.buckets.len() + direct
+    }
+
+    /// Sums (or averages) every variable over the ranks, in place: the
+    /// fused buckets copied in and out, the direct variables reduced from
+    /// their buffers into their spares, which they then take. The first
+    /// call allocates the spares; later ones allocate nothing on a tree.
+    /// O(bytes) of copies for the fused variables only.
     pub(super) fn reduce<C: Collective + ?Sized>(
         &mut self,
         comm: &C,
-        values: &mut impl Values,
+        values: &mut impl Direct,
         op: Reduce,
     ) -> Result<(), Error> {
         let ranks = F::of_count(comm.size());
@@ -69,6 +117,26 @@ impl<F: Float> Lane<F> {
                 let from = bytemuck::cast_slice(&recv[s.at..s.at + s.len]);
                 values.write(s.var, s.start * size, from)?;
             }
+        }
+        let cap = self.cap;
+        for d in &mut self.direct {
+            if d.buf.len() != d.len {
+                d.buf = vec![F::zeroed(); d.len];
+            }
+            let buf = &mut d.buf;
+            values.with_bytes(d.var, &mut |bytes| {
+                let send = cast::<F>(bytes)?;
+                for (s, r) in send.chunks(cap).zip(buf.chunks_mut(cap)) {
+                    F::sum(comm, s, r)?;
+                }
+                Ok(())
+            })?;
+            if op == Reduce::Mean {
+                for x in buf.iter_mut() {
+                    *x = *x / ranks;
+                }
+            }
+            values.adopt(d.var, buf)?;
         }
         Ok(())
     }

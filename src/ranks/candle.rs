@@ -4,6 +4,7 @@
 //! `GradStore`, the consistency check and checkpoints, with the buckets and
 //! agreement of the tree plans.
 
+use std::any::Any;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +21,7 @@ use super::consistency::compare_values;
 use super::error::Error;
 use super::manifest::{Manifest, ManifestEntry};
 use super::options::{PlanOptions, Reduce};
-use super::values::Values;
+use super::values::{Direct, Values};
 use super::watchdog::Watch;
 use crate::candle::CandleStore;
 use crate::checkpoint::{self, Dtype, LoadOptions, LoadReport, SaveReport};
@@ -153,6 +154,14 @@ impl Out {
         }
     }
 
+    /// An empty buffer of `var`'s dtype, for a result a reduce hands over.
+    fn empty(var: &Var) -> Self {
+        match var.dtype() {
+            DType::F64 => Out::F64(Vec::new()),
+            _ => Out::F32(Vec::new()),
+        }
+    }
+
     fn bytes_mut(&mut self) -> &mut [u8] {
         match self {
             Out::F32(v) => bytemuck::cast_slice_mut(v),
@@ -191,6 +200,39 @@ impl Values for Host<'_> {
     fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error> {
         if let Some(out) = &mut self.out[var] {
             out.bytes_mut()[at..at + from.len()].copy_from_slice(from);
+        }
+        Ok(())
+    }
+}
+
+impl Direct for Host<'_> {
+    /// The gradient's CPU storage, read in place (zeros for a variable this
+    /// rank has no gradient of).
+    fn with_bytes(
+        &mut self,
+        var: usize,
+        f: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        match &self.sources[var] {
+            None => {
+                let e = &self.keys[var];
+                let n = e.shape.iter().product::<usize>() * (e.dtype.bitsize() / 8);
+                f(&vec![0_u8; n])
+            }
+            Some(t) => with_bytes(t, |b| f(b)).map_err(|e| candle(&self.keys[var].key, e))?,
+        }
+    }
+
+    /// The reduced elements become the variable's result as they are: the
+    /// tensor is made from the buffer without a copy (`Tensor::from_vec`).
+    fn adopt(&mut self, var: usize, spare: &mut dyn Any) -> Result<(), Error> {
+        let Some(out) = &mut self.out[var] else {
+            return Ok(()); // no rank has a gradient of it: nothing kept
+        };
+        if let Some(v) = spare.downcast_mut::<Vec<f32>>() {
+            *out = Out::F32(std::mem::take(v));
+        } else if let Some(v) = spare.downcast_mut::<Vec<f64>>() {
+            *out = Out::F64(std::mem::take(v));
         }
         Ok(())
     }
@@ -480,9 +522,20 @@ impl CandlePlan {
         );
         let done = done.and_then(|()| {
             comm.all_reduce_sum_f64(&self.present, &mut self.present_sum)?;
-            // Buffers only for the variables some rank has a gradient of.
+            // Buffers only for the variables some rank has a gradient of;
+            // those sent from their own buffers get theirs from the reduce.
+            let direct = |i: usize| self.f32s.is_direct(i) || self.f64s.is_direct(i);
             let mut out: Vec<Option<Out>> = (self.vars.iter().zip(&self.present_sum))
-                .map(|(v, &n)| (n > 0.0).then(|| Out::zeros(v)))
+                .enumerate()
+                .map(|(i, (v, &n))| {
+                    (n > 0.0).then(|| {
+                        if direct(i) {
+                            Out::empty(v)
+                        } else {
+                            Out::zeros(v)
+                        }
+                    })
+                })
                 .collect();
             let mut host = Host {
                 keys: self.manifest.entries(),

@@ -2,6 +2,8 @@
 //! the [`Values`] seen as native bytes (the tree's variables or a candle
 //! store's tensors), and the float types a plan reduces ([`Float`]).
 
+use std::any::Any;
+
 use bytemuck::Pod;
 
 use super::access::Access;
@@ -77,6 +79,22 @@ pub(super) trait Values {
     fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error>;
 }
 
+/// Values that a reduce can send from their own buffers, and whose
+/// results it can hand over without a copy (the variables at least
+/// [`PlanOptions::direct_bytes`](super::PlanOptions::direct_bytes) long).
+pub(super) trait Direct: Values {
+    /// Runs `f` on the bytes of variable `var` as held, in place (no copy).
+    fn with_bytes(
+        &mut self,
+        var: usize,
+        f: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
+    ) -> Result<(), Error>;
+    /// Makes the `Vec` behind `spare` (of variable `var`'s element type and
+    /// length, the reduced elements) the variable's elements, leaving in
+    /// `spare` a buffer to reuse (the old elements) or an empty one.
+    fn adopt(&mut self, var: usize, spare: &mut dyn Any) -> Result<(), Error>;
+}
+
 /// The variables of a tree plan.
 pub(super) struct InTree<'a> {
     pub(super) tree: &'a mut ScopeTree,
@@ -94,6 +112,40 @@ impl Values for InTree<'_> {
         let slot = self.slots[var];
         let bytes = (slot.access.bytes_mut)(self.tree, slot.id)?;
         bytes[at..at + from.len()].copy_from_slice(from);
+        Ok(())
+    }
+}
+
+impl Direct for InTree<'_> {
+    fn with_bytes(
+        &mut self,
+        var: usize,
+        f: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let slot = self.slots[var];
+        f((slot.access.bytes)(self.tree, slot.id)?)
+    }
+    fn adopt(&mut self, var: usize, spare: &mut dyn Any) -> Result<(), Error> {
+        let slot = self.slots[var];
+        if (slot.access.swap)(self.tree, slot.id, spare)? {
+            return Ok(());
+        }
+        // A value that cannot take the buffer as it is: a copy.
+        let bytes: &[u8] = if let Some(v) = spare.downcast_ref::<Vec<f32>>() {
+            bytemuck::cast_slice(v)
+        } else if let Some(v) = spare.downcast_ref::<Vec<f64>>() {
+            bytemuck::cast_slice(v)
+        } else {
+            &[]
+        };
+        let into = (slot.access.bytes_mut)(self.tree, slot.id)?;
+        if into.len() != bytes.len() {
+            return Err(Error::BadBuffers {
+                op: "all-reduce",
+                reason: format!("{} bytes for a variable of {}", bytes.len(), into.len()),
+            });
+        }
+        into.copy_from_slice(bytes);
         Ok(())
     }
 }
