@@ -383,18 +383,17 @@ fn broadcast_makes_every_rank_hold_the_roots_values(world: &World) -> Check {
 /// Sums and means of small integers are exact: they must equal the
 /// expected values bit for bit.
 fn reduce_is_exact(world: &World, n_small: usize, bucket: usize) -> Check {
+    reduce_is_exact_with(world, n_small, PlanOptions::new().bucket_bytes(bucket))
+}
+
+fn reduce_is_exact_with(world: &World, n_small: usize, opts: PlanOptions) -> Check {
+    let bucket = opts.bucket_bytes_value();
     let n = size(world);
     let tri = (n * (n + 1) / 2) as f64;
     let mut wrong = Vec::new();
     for op in [Reduce::Sum, Reduce::Mean] {
         let mut g = Grads::new(rank(world), n_small);
-        let mut plan = SyncPlan::new(
-            world,
-            &g.tree,
-            g.scope,
-            &PlanOptions::new().bucket_bytes(bucket),
-        )
-        .map_err(|e| e.to_string())?;
+        let mut plan = SyncPlan::new(world, &g.tree, g.scope, &opts).map_err(|e| e.to_string())?;
         plan.all_reduce(world, &mut g.tree, op)
             .map_err(|e| e.to_string())?;
         for (v, i, x) in g.each() {
@@ -425,6 +424,24 @@ fn reduce_is_exact(world: &World, n_small: usize, bucket: usize) -> Check {
 
 fn all_reduce_sum_and_mean_are_exact_with_the_default_bucket(world: &World) -> Check {
     reduce_is_exact(world, 20, 25 << 20)
+}
+
+fn every_pipeline_and_direct_path_is_exact(world: &World) -> Check {
+    // Buckets of 100 f32 over 500 small variables and four large ones:
+    // every number of bucket buffer pairs (windows of 1 to 4 transfers in
+    // flight, the last window short), and the large variables sent from
+    // their own buffers, in one call or in bucket-sized calls.
+    for pairs in [1, 2, 3, 4, 5, 8] {
+        for direct in [usize::MAX, 1, 4000] {
+            let opts = PlanOptions::new()
+                .bucket_bytes(400)
+                .bucket_buffers(pairs)
+                .direct_bytes(direct);
+            reduce_is_exact_with(world, 500, opts)
+                .map_err(|e| format!("{pairs} pairs, direct from {direct} B: {e}"))?;
+        }
+    }
+    Ok(())
 }
 
 fn buckets_of_one_element(world: &World) -> Check {
@@ -1430,6 +1447,10 @@ fn main() -> ExitCode {
             all_reduce_sum_and_mean_are_exact_with_the_default_bucket,
         ),
         ("buckets_of_one_element", buckets_of_one_element),
+        (
+            "every_pipeline_and_direct_path_is_exact",
+            every_pipeline_and_direct_path_is_exact,
+        ),
         (
             "tensors_larger_than_a_bucket_and_many_small_ones",
             tensors_larger_than_a_bucket_and_many_small_ones,

@@ -101,6 +101,13 @@ pub(super) fn start<C: Collective + ?Sized, T>(
                      (the default is 25 MiB)"
                 .into(),
         })
+    } else if !(1..=8).contains(&opts.bucket_buffers) {
+        Err(Error::BadOption {
+            reason: format!(
+                "{} bucket buffer pairs; pass 1 to 8 (the default is 2)",
+                opts.bucket_buffers
+            ),
+        })
     } else if opts.timeout == Some(std::time::Duration::ZERO) {
         Err(Error::BadOption {
             reason: "a timeout of zero; pass a positive timeout, or \

@@ -6,6 +6,7 @@ use super::buckets::Buckets;
 use super::collective::Collective;
 use super::error::Error;
 use super::options::{PlanOptions, Reduce};
+use super::pipeline::Pipeline;
 use super::values::{Direct, Float, Values, cast};
 use crate::checkpoint::Dtype;
 
@@ -24,8 +25,8 @@ pub(super) struct Lane<F> {
     is_direct: Vec<bool>,
     /// The most elements one call moves.
     cap: usize,
-    send: Vec<F>,
-    recv: Vec<F>,
+    /// The fused buckets' buffer pairs (send, receive), one bucket each.
+    bufs: Vec<(Vec<F>, Vec<F>)>,
 }
 
 /// A variable sent from its own buffer, and the buffer its sums go to.
@@ -65,13 +66,21 @@ impl<F: Float> Lane<F> {
         let cap = opts.cap(size);
         let buckets = Buckets::cut(fused.into_iter(), cap);
         let n = buckets.longest();
+        // One pair when one bucket holds every fused variable: nothing to
+        // overlap.
+        let pairs = if buckets.buckets.len() > 1 {
+            opts.bucket_buffers.max(1)
+        } else {
+            1
+        };
         Self {
             buckets,
             direct,
             is_direct,
             cap,
-            send: vec![F::zeroed(); n],
-            recv: vec![F::zeroed(); n],
+            bufs: (0..pairs)
+                .map(|_| (vec![F::zeroed(); n], vec![F::zeroed(); n]))
+                .collect(),
         }
     }
 
@@ -99,25 +108,12 @@ impl<F: Float> Lane<F> {
         op: Reduce,
     ) -> Result<(), Error> {
         let ranks = F::of_count(comm.size());
-        let size = std::mem::size_of::<F>();
-        for (range, len) in &self.buckets.buckets {
-            let segments = &self.buckets.segments[range.clone()];
-            for s in segments {
-                let into = bytemuck::cast_slice_mut(&mut self.send[s.at..s.at + s.len]);
-                values.read(s.var, s.start * size, into)?;
-            }
-            let recv = &mut self.recv[..*len];
-            F::sum(comm, &self.send[..*len], recv)?;
-            if op == Reduce::Mean {
-                for x in recv.iter_mut() {
-                    *x = *x / ranks;
-                }
-            }
-            for s in segments {
-                let from = bytemuck::cast_slice(&recv[s.at..s.at + s.len]);
-                values.write(s.var, s.start * size, from)?;
-            }
-        }
+        let mut fused = Fused {
+            buckets: &self.buckets,
+            values: &mut *values,
+            mean: (op == Reduce::Mean).then_some(ranks),
+        };
+        F::pipelined(comm, &mut fused, &mut self.bufs)?;
         let cap = self.cap;
         for d in &mut self.direct {
             if d.buf.len() != d.len {
@@ -137,6 +133,51 @@ impl<F: Float> Lane<F> {
                 }
             }
             values.adopt(d.var, buf)?;
+        }
+        Ok(())
+    }
+}
+
+/// The fused buckets of one reduce, as a [`Pipeline`]: each filled from
+/// its variables' segments and drained back into them (divided by the
+/// ranks for [`Reduce::Mean`]).
+struct Fused<'a, F, V> {
+    buckets: &'a Buckets,
+    values: &'a mut V,
+    /// The number of ranks, for a mean.
+    mean: Option<F>,
+}
+
+impl<F: Float, V: Values> Pipeline<F> for Fused<'_, F, V> {
+    fn buckets(&self) -> usize {
+        self.buckets.buckets.len()
+    }
+
+    fn len(&self, k: usize) -> usize {
+        self.buckets.buckets[k].1
+    }
+
+    fn fill(&mut self, k: usize, send: &mut [F]) -> Result<(), Error> {
+        let size = std::mem::size_of::<F>();
+        let (range, _) = &self.buckets.buckets[k];
+        for s in &self.buckets.segments[range.clone()] {
+            let into = bytemuck::cast_slice_mut(&mut send[s.at..s.at + s.len]);
+            self.values.read(s.var, s.start * size, into)?;
+        }
+        Ok(())
+    }
+
+    fn drain(&mut self, k: usize, recv: &mut [F]) -> Result<(), Error> {
+        if let Some(ranks) = self.mean {
+            for x in recv.iter_mut() {
+                *x = *x / ranks;
+            }
+        }
+        let size = std::mem::size_of::<F>();
+        let (range, _) = &self.buckets.buckets[k];
+        for s in &self.buckets.segments[range.clone()] {
+            let from = bytemuck::cast_slice(&recv[s.at..s.at + s.len]);
+            self.values.write(s.var, s.start * size, from)?;
         }
         Ok(())
     }

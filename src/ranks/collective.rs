@@ -2,6 +2,7 @@
 //! world of one process that implements them as the identity.
 
 use super::error::Error;
+use super::pipeline::{Pipeline, in_turn};
 
 /// The size of a digest that ranks all-gather: 16 bytes.
 ///
@@ -104,6 +105,39 @@ pub trait Collective {
     /// # Errors
     /// None from the crate's implementations; a transport may report one.
     fn barrier(&self) -> Result<(), Error>;
+
+    /// Sums every bucket of `pipe` over the ranks: each bucket filled into
+    /// a send buffer, summed into a receive buffer, then drained, with the
+    /// buffer pairs `bufs` (each buffer at least the longest bucket). The
+    /// default runs one bucket at a time through
+    /// [`all_reduce_sum_f32`](Self::all_reduce_sum_f32) with `bufs[0]`;
+    /// MPI's overlaps each transfer with the copies of the buckets around it
+    /// (non-blocking `MPI_Iallreduce`), given two pairs or more. O(bytes)
+    /// per rank, plus the transport.
+    ///
+    /// # Errors
+    /// [`Error::BadBuffers`] when `bufs` is empty or holds a buffer shorter
+    /// than a bucket; the sums' and the pipeline's errors.
+    fn all_reduce_sum_f32_pipelined(
+        &self,
+        pipe: &mut dyn Pipeline<f32>,
+        bufs: &mut [(Vec<f32>, Vec<f32>)],
+    ) -> Result<(), Error> {
+        in_turn(pipe, bufs, |s, r| self.all_reduce_sum_f32(s, r))
+    }
+
+    /// As [`all_reduce_sum_f32_pipelined`](Self::all_reduce_sum_f32_pipelined),
+    /// for `f64`.
+    ///
+    /// # Errors
+    /// As [`all_reduce_sum_f32_pipelined`](Self::all_reduce_sum_f32_pipelined).
+    fn all_reduce_sum_f64_pipelined(
+        &self,
+        pipe: &mut dyn Pipeline<f64>,
+        bufs: &mut [(Vec<f64>, Vec<f64>)],
+    ) -> Result<(), Error> {
+        in_turn(pipe, bufs, |s, r| self.all_reduce_sum_f64(s, r))
+    }
 }
 
 /// Checks that a reduction's buffers have one length. O(1).

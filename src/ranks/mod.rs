@@ -115,6 +115,7 @@ mod manifest;
 mod mpi;
 mod options;
 mod partition;
+mod pipeline;
 mod plan;
 mod scatter;
 mod shards;
@@ -132,8 +133,11 @@ pub use collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};
 pub use error::Error;
 pub use manager::{CheckpointManager, LATEST_FILE};
 pub use manifest::{Manifest, ManifestEntry};
-pub use options::{DEFAULT_BUCKET_BYTES, DEFAULT_DIRECT_BYTES, PlanOptions, Reduce};
+pub use options::{
+    DEFAULT_BUCKET_BUFFERS, DEFAULT_BUCKET_BYTES, DEFAULT_DIRECT_BYTES, PlanOptions, Reduce,
+};
 pub use partition::{Partition, Piece};
+pub use pipeline::Pipeline;
 pub use plan::SyncPlan;
 pub use shards::{ShardedLoad, ShardedSave};
 pub use sliced::SlicedState;

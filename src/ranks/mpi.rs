@@ -7,6 +7,7 @@ use mpi::traits::{Communicator, CommunicatorCollectives, Equivalence, Root};
 
 use super::collective::{Collective, Digest, blocks, check_root, same_len};
 use super::error::Error;
+use super::pipeline::{Pipeline, check_buffers, in_turn};
 
 /// Checks that `len` elements fit MPI's count (`i32`). O(1).
 fn count(op: &'static str, len: usize) -> Result<(), Error> {
@@ -47,6 +48,93 @@ fn reduce_scatter_sum<T: Equivalence>(
     )?;
     count("reduce-scatter", send.len())?;
     comm.reduce_scatter_block_into(send, recv, SystemOperation::sum());
+    Ok(())
+}
+
+/// The pipelined all-reduce over MPI: with `2·W` buffer pairs (`W` ≥ 1, at
+/// most 4), windows of `W` buckets each, the windows taking turns between
+/// two sets of `W` pairs. Within a window, every bucket's non-blocking
+/// `MPI_Iallreduce` starts as soon as its send buffer is filled, so each
+/// fill but the window's first overlaps the transfers already started; the
+/// previous window's drains, and the next window's first fill, run while
+/// this window's transfers fly. The safe API's request scopes borrow a
+/// buffer until the scope ends, hence one scope per window and the two
+/// sets. With one pair, one bucket at a time. O(bytes) per rank, plus the
+/// transport; allocates nothing.
+fn overlapped<T: Equivalence + Copy>(
+    comm: &SimpleCommunicator,
+    pipe: &mut dyn Pipeline<T>,
+    bufs: &mut [(Vec<T>, Vec<T>)],
+) -> Result<(), Error> {
+    check_buffers(pipe, bufs)?;
+    let n = pipe.buckets();
+    for k in 0..n {
+        count("all-reduce", pipe.len(k))?;
+    }
+    if bufs.len() < 2 {
+        return in_turn(pipe, bufs, |s, r| all_reduce_sum(comm, s, r));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let w = (bufs.len() / 2).min(4);
+    let (a, rest) = bufs.split_at_mut(w);
+    let b = &mut rest[..w];
+    let mut sets = [a, b];
+    let len0 = pipe.len(0);
+    pipe.fill(0, &mut sets[0][0].0[..len0])?;
+    let windows = n.div_ceil(w);
+    for win in 0..windows {
+        let first = win * w;
+        let here = w.min(n - first);
+        let before = if win > 0 { w } else { 0 };
+        let [s0, s1] = &mut sets;
+        let (cur, prev) = if win % 2 == 0 { (s0, s1) } else { (s1, s0) };
+        let mut done: Result<(), Error> = Ok(());
+        mpi::request::scope(|scope| {
+            let mut flying: smallvec::SmallVec<[_; 4]> = smallvec::SmallVec::new();
+            for (i, (send, recv)) in cur.iter_mut().take(here).enumerate() {
+                let k = first + i;
+                let len = pipe.len(k);
+                if i > 0 && done.is_ok() {
+                    done = pipe.fill(k, &mut send[..len]);
+                }
+                flying.push(comm.immediate_all_reduce_into(
+                    scope,
+                    &send[..len],
+                    &mut recv[..len],
+                    SystemOperation::sum(),
+                ));
+                if i < before && done.is_ok() {
+                    let pk = first - w + i;
+                    let plen = pipe.len(pk);
+                    done = pipe.drain(pk, &mut prev[i].1[..plen]);
+                }
+            }
+            for (i, (_, recv)) in prev.iter_mut().enumerate().take(before).skip(here) {
+                let pk = first - w + i;
+                let plen = pipe.len(pk);
+                if done.is_ok() {
+                    done = pipe.drain(pk, &mut recv[..plen]);
+                }
+            }
+            if first + here < n && done.is_ok() {
+                let k = first + here;
+                let len = pipe.len(k);
+                done = pipe.fill(k, &mut prev[0].0[..len]);
+            }
+            for request in flying {
+                request.wait();
+            }
+        });
+        done?;
+    }
+    let last = windows - 1;
+    let first = last * w;
+    for (i, (_, recv)) in sets[last % 2].iter_mut().take(n - first).enumerate() {
+        let len = pipe.len(first + i);
+        pipe.drain(first + i, &mut recv[..len])?;
+    }
     Ok(())
 }
 
@@ -139,5 +227,26 @@ impl Collective for SimpleCommunicator {
     fn barrier(&self) -> Result<(), Error> {
         CommunicatorCollectives::barrier(self);
         Ok(())
+    }
+
+    /// Non-blocking `MPI_Iallreduce`s with `MPI_SUM`, each bucket's
+    /// transfer overlapping the copies of the buckets around it (two buffer
+    /// pairs or more; see the ranks layer's docs). O(bytes) per rank, plus
+    /// the transport.
+    fn all_reduce_sum_f32_pipelined(
+        &self,
+        pipe: &mut dyn Pipeline<f32>,
+        bufs: &mut [(Vec<f32>, Vec<f32>)],
+    ) -> Result<(), Error> {
+        overlapped(self, pipe, bufs)
+    }
+
+    /// As for `f32`.
+    fn all_reduce_sum_f64_pipelined(
+        &self,
+        pipe: &mut dyn Pipeline<f64>,
+        bufs: &mut [(Vec<f64>, Vec<f64>)],
+    ) -> Result<(), Error> {
+        overlapped(self, pipe, bufs)
     }
 }

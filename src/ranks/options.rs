@@ -24,6 +24,14 @@ pub const DEFAULT_BUCKET_BYTES: usize = 25 << 20;
 /// ```
 pub const DEFAULT_DIRECT_BYTES: usize = 256 << 10;
 
+/// The default number of bucket buffer pairs: see
+/// [`PlanOptions::bucket_buffers`].
+///
+/// ```
+/// assert!(scopetree::ranks::DEFAULT_BUCKET_BUFFERS >= 1);
+/// ```
+pub const DEFAULT_BUCKET_BUFFERS: usize = 2;
+
 /// The largest number of elements one MPI call can count.
 const MAX_COUNT: usize = i32::MAX as usize;
 
@@ -56,6 +64,7 @@ pub struct PlanOptions {
     pub(super) timeout: Option<Duration>,
     pub(super) sliced: Option<SlicedState>,
     pub(super) direct_bytes: usize,
+    pub(super) bucket_buffers: usize,
 }
 
 impl std::fmt::Debug for PlanOptions {
@@ -67,6 +76,7 @@ impl std::fmt::Debug for PlanOptions {
             .field("timeout", &self.timeout)
             .field("sliced", &self.sliced)
             .field("direct_bytes", &self.direct_bytes)
+            .field("bucket_buffers", &self.bucket_buffers)
             .finish()
     }
 }
@@ -92,6 +102,7 @@ impl PlanOptions {
             timeout: Some(DEFAULT_TIMEOUT),
             sliced: None,
             direct_bytes: DEFAULT_DIRECT_BYTES,
+            bucket_buffers: DEFAULT_BUCKET_BUFFERS,
         }
     }
 
@@ -277,6 +288,35 @@ impl PlanOptions {
     pub fn direct_bytes(mut self, bytes: usize) -> Self {
         self.direct_bytes = bytes;
         self
+    }
+
+    /// The number of bucket buffer pairs (send and receive) of an
+    /// all-reduce's fused buckets, 1 to 8. With 1, one bucket at a time:
+    /// fill, sum, drain. With 2 or more, over MPI, each bucket's transfer
+    /// is a non-blocking `MPI_Iallreduce` that overlaps the copies of the
+    /// buckets around it; `2·W` pairs keep up to `W` transfers in flight.
+    /// Each pair costs two buckets of memory. The ranks must pass the same
+    /// number. O(1).
+    ///
+    /// ```
+    /// use scopetree::ranks::{DEFAULT_BUCKET_BUFFERS, PlanOptions};
+    /// assert_eq!(PlanOptions::new().bucket_buffers_value(), DEFAULT_BUCKET_BUFFERS);
+    /// assert_eq!(PlanOptions::new().bucket_buffers(1).bucket_buffers_value(), 1);
+    /// ```
+    #[must_use]
+    pub fn bucket_buffers(mut self, pairs: usize) -> Self {
+        self.bucket_buffers = pairs;
+        self
+    }
+
+    /// The number of bucket buffer pairs (see
+    /// [`bucket_buffers`](Self::bucket_buffers)). O(1).
+    ///
+    /// ```
+    /// assert!(scopetree::ranks::PlanOptions::new().bucket_buffers_value() >= 1);
+    /// ```
+    pub fn bucket_buffers_value(&self) -> usize {
+        self.bucket_buffers
     }
 
     /// The size from which variables are sent from their own buffers (see

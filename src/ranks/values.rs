@@ -9,6 +9,7 @@ use bytemuck::Pod;
 use super::access::Access;
 use super::collective::Collective;
 use super::error::Error;
+use super::pipeline::Pipeline;
 use crate::checkpoint::Dtype;
 use crate::{ScopeTree, VarId};
 
@@ -30,6 +31,11 @@ pub(super) trait Float: Pod + std::ops::Div<Output = Self> {
         send: &[Self],
         recv: &mut [Self],
     ) -> Result<(), Error>;
+    fn pipelined<C: Collective + ?Sized>(
+        comm: &C,
+        pipe: &mut dyn Pipeline<Self>,
+        bufs: &mut [(Vec<Self>, Vec<Self>)],
+    ) -> Result<(), Error>;
     fn of_count(n: usize) -> Self;
 }
 
@@ -44,6 +50,13 @@ impl Float for f32 {
         recv: &mut [f32],
     ) -> Result<(), Error> {
         comm.reduce_scatter_sum_f32(send, recv)
+    }
+    fn pipelined<C: Collective + ?Sized>(
+        comm: &C,
+        pipe: &mut dyn Pipeline<f32>,
+        bufs: &mut [(Vec<f32>, Vec<f32>)],
+    ) -> Result<(), Error> {
+        comm.all_reduce_sum_f32_pipelined(pipe, bufs)
     }
     #[allow(clippy::cast_precision_loss)]
     fn of_count(n: usize) -> f32 {
@@ -62,6 +75,13 @@ impl Float for f64 {
         recv: &mut [f64],
     ) -> Result<(), Error> {
         comm.reduce_scatter_sum_f64(send, recv)
+    }
+    fn pipelined<C: Collective + ?Sized>(
+        comm: &C,
+        pipe: &mut dyn Pipeline<f64>,
+        bufs: &mut [(Vec<f64>, Vec<f64>)],
+    ) -> Result<(), Error> {
+        comm.all_reduce_sum_f64_pipelined(pipe, bufs)
     }
     #[allow(clippy::cast_precision_loss)]
     fn of_count(n: usize) -> f64 {
