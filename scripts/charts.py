@@ -92,29 +92,85 @@ def lookup_depth(data):
     print("wrote docs/lookup_depth.svg")
 
 
+COLOURS = {("shm", 2): "#1b6ac9", ("shm", 4): "#7fb2ee", ("tcp", 2): "#d1495b", ("tcp", 4): "#f0a35e"}
+
+
+def bucket_sweep(parts):
+    """docs/bucket_sweep.svg: time against bucket size at 2 and 4 ranks, shared memory and TCP over
+    loopback (ours, raw MPI in chunks of the bucket, one raw call), and the ratios."""
+    runs = [r for p in ("sweep", "tcp") if p in parts for r in parts[p]["runs"]]
+    if not runs:
+        print("no sweep in docs/data/ranks.json - run scripts/ranks_runs.py --only sweep,tcp first")
+        return
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+
+    def errs(pts):
+        return [[p["median"] - p["min"] for p in pts], [p["max"] - p["median"] for p in pts]]
+
+    for r in runs:
+        ax = axes[0] if r["ranks"] == 2 else axes[1]
+        colour = COLOURS.get((r["transport"], r["ranks"]), "#444444")
+        xs = [x["bucket_bytes"] / 2**20 for x in r["lines"]]
+        ours = [x["ms"] for x in r["lines"]]
+        chunks = [x["raw_chunks_ms"] for x in r["lines"]]
+        ax.errorbar(xs, [p["median"] for p in ours], yerr=errs(ours), fmt="-o", color=colour, capsize=3,
+                    label=f"SyncPlan::all_reduce, {r['transport']}")
+        ax.errorbar(xs, [p["median"] for p in chunks], yerr=errs(chunks), fmt="--s", color=colour, capsize=3,
+                    alpha=0.7, label=f"raw MPI in chunks of the bucket, {r['transport']}")
+        ax.axhline(r["raw_whole_ms"]["median"], linestyle=":", color=colour,
+                   label=f"one raw MPI_Allreduce of {r['mb']} MB, {r['transport']}")
+        for x in r["lines"]:
+            if x["default"]:
+                ax.axvline(x["bucket_bytes"] / 2**20, color="#888888", linewidth=0.8)
+        name = f"{r['transport']}, {r['ranks']} ranks"
+        axes[2].plot(xs, [x["ratio_to_one_raw_call"] for x in r["lines"]], "-o", color=colour,
+                     label=f"one raw call / ours, {name}")
+        axes[2].plot(xs, [x["ratio_to_raw_chunks"] for x in r["lines"]], "--s", color=colour, alpha=0.7,
+                     label=f"raw chunks / ours, {name}")
+    axes[2].axhline(0.9, color="#444444", linewidth=0.8, linestyle=":", label="goal: 0.9x one raw call")
+    mb = runs[0]["mb"]
+    ticks = sorted({x["bucket_bytes"] / 2**20 for r in runs for x in r["lines"]})
+    for ax, title in [(axes[0], f"2 ranks: all-reduce of {mb} MB in 300 tensors"),
+                      (axes[1], f"4 ranks (oversubscribed): {mb} MB in 300 tensors"),
+                      (axes[2], "ratios (medians; above 1: ours faster)")]:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("bucket size (MiB; grey line: the default)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6.5, loc="best")
+    for ax in axes[:2]:
+        ax.set_ylabel("time per all-reduce (ms, median; bars min-max)")
+        ax.set_ylim(bottom=0)
+    axes[2].set_ylabel("ratio of the median times")
+    stamps = "; ".join(f"{p}: {parts[p]['rounds']} rounds at {parts[p]['commit']}, load average "
+                       f"{parts[p]['load_average_at_start']} at start" for p in ("sweep", "tcp") if p in parts)
+    fig.suptitle(f"Bucket sweep, shared memory (shm) and MPI's TCP transport over loopback (tcp); {stamps}",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(DOCS / "bucket_sweep.svg", metadata={"Date": None})
+    plt.close(fig)
+    print("wrote docs/bucket_sweep.svg")
+
+
 def ranks_charts():
     path = DOCS / "data" / "ranks.json"
     if not path.exists():
         print("no", path, "- run scripts/ranks_runs.py first")
         return
     data = json.loads(path.read_text())
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for b in data["ranks_bench"]:
-        xs = [x["mib"] for x in b["buckets"]]
-        ax.plot(xs, [x["ms"] for x in b["buckets"]], "-o", label=f"SyncPlan::all_reduce, {b['ranks']} ranks")
-        ax.axhline(b["raw_ms"], linestyle=":", color=ax.lines[-1].get_color(),
-                   label=f"one raw MPI_Allreduce of the same {b['mb']} MB, {b['ranks']} ranks")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("bucket size (MiB)")
-    ax.set_ylabel("time per all-reduce (ms, median)")
-    ax.set_title("All-reduce of 300 gradient tensors (100 MB) against bucket size")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(DOCS / "bucket_sweep.svg", metadata={"Date": None})
-    plt.close(fig)
-
-    steps = data["train_rnn_steps_per_s"]
+    if data.get("schema") == 2:
+        parts = data["parts"]
+        bucket_sweep(parts)
+        train = parts.get("train")
+        steps = train["steps_per_s"] if train else None
+    else:  # the first format: no sweep to draw from it any more
+        print("docs/data/ranks.json is in the first format - run scripts/ranks_runs.py to redraw bucket_sweep.svg")
+        steps = data.get("train_rnn_steps_per_s")
+    if not steps:
+        print("no train_rnn figures in", path, "- run scripts/ranks_runs.py --only train")
+        return
     fig, ax = plt.subplots(figsize=(6.5, 4))
     width = 0.38
     for i, (suffix, label, colour) in enumerate([("", "replicated optimizer state", "#1b6ac9"),
@@ -138,7 +194,7 @@ def ranks_charts():
     fig.tight_layout()
     fig.savefig(DOCS / "ranks_steps.svg", metadata={"Date": None})
     plt.close(fig)
-    print("wrote docs/bucket_sweep.svg and docs/ranks_steps.svg")
+    print("wrote docs/ranks_steps.svg")
 
 
 def shards_chart():

@@ -1,0 +1,186 @@
+//! Times [`CandlePlan::all_reduce`] against raw MPI over the same bytes,
+//! under `mpirun` (features `candle` and `mpi`):
+//!
+//! ```text
+//! cargo build --release --features candle,mpi --example candle_bench
+//! mpirun -np 2 target/release/examples/candle_bench [MB] [REPS] [TENSORS] [--bucket BYTES] [--direct BYTES]
+//! ```
+//!
+//! - The gradients: a [`CandleStore`] of `TENSORS` `f32` variables (300 by
+//!   default) of sizes growing as i², `MB` megabytes in all (100 by
+//!   default), as `ranks_bench`'s, and a candle `GradStore` holding a
+//!   gradient of every variable (all `0.5`). Before each call the
+//!   `GradStore` gets back those gradients (as after a new `backward`), out
+//!   of the timed span.
+//! - Each round times, in an order shuffled anew each round:
+//!   [`CandlePlan::all_reduce`] (sum) with the plan's bucket
+//!   ([`DEFAULT_BUCKET_BYTES`] unless `--bucket`; `--direct` sets
+//!   [`PlanOptions::direct_bytes`], `off` for none), raw `MPI_Allreduce`s of
+//!   a flat buffer of the same bytes in chunks of the bucket, and one raw
+//!   `MPI_Allreduce` of the whole buffer. After the warm-up round, rank 0
+//!   checks that the reduced gradients are `0.5 × ranks`.
+//! - Each figure is the median, with the range (min–max), of `REPS` rounds
+//!   (9 by default) after one warm-up round; each time is the slowest
+//!   rank's (every rank starts after a barrier, and the ranks take the
+//!   maximum of their times). Ratios are those of the medians, followed by
+//!   the range of the ratios within each round; the line ends with
+//!   `default` when the bucket is the default. Rank 0 prints the figures,
+//!   and first the load average (`/proc/loadavg`).
+
+#[path = "rounds.rs"]
+mod rounds;
+
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Device, Tensor};
+use candle_nn::Init;
+use mpi::traits::Communicator;
+use scopetree::candle::CandleStore;
+use scopetree::ranks::{
+    CandlePlan, DEFAULT_BUCKET_BYTES, DEFAULT_DIRECT_BYTES, PlanOptions, Reduce,
+};
+
+use rounds::{
+    RawMpi, bytes_label, compare_line, load_average, once, order, sizes, take_bytes_flag,
+    whole_line,
+};
+
+/// The gradient every element holds before a call.
+const GRAD: f32 = 0.5;
+
+/// The store of `count` variables of sizes growing as i², `total` `f32`
+/// elements in all, and a gradient of each, in the plan's order.
+fn store(total: usize, count: usize) -> CandleStore {
+    let store = CandleStore::new();
+    for (i, n) in sizes(total, count).into_iter().enumerate() {
+        store
+            .get(
+                n,
+                &format!("t{i:03}"),
+                Init::Const(0.0),
+                DType::F32,
+                &Device::Cpu,
+            )
+            .unwrap();
+    }
+    store
+}
+
+/// `grads` with `fresh` as the gradient of each of `plan`'s variables.
+fn refill(grads: &mut GradStore, plan: &CandlePlan, fresh: &[Tensor]) {
+    for (v, g) in plan.vars().iter().zip(fresh) {
+        grads.insert(v.as_tensor(), g.clone());
+    }
+}
+
+/// The first element of each variable's gradient in `grads`.
+fn firsts(grads: &GradStore, plan: &CandlePlan) -> Vec<f32> {
+    plan.vars()
+        .iter()
+        .map(|v| {
+            let g = grads
+                .get(v.as_tensor())
+                .expect("a gradient of every variable");
+            g.flatten_all()
+                .and_then(|g| g.get(0))
+                .and_then(|g| g.to_scalar::<f32>())
+                .unwrap()
+        })
+        .collect()
+}
+
+fn main() {
+    let mut args: Vec<String> = std::env::args().collect();
+    let bucket = take_bytes_flag(&mut args, "--bucket");
+    let direct = take_bytes_flag(&mut args, "--direct");
+    let mb: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100);
+    let reps: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(9);
+    let count: usize = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(300);
+    let load = load_average();
+    let universe = mpi::initialize().expect("MPI initialises once");
+    let world = universe.world();
+    let total = mb * 1_000_000 / 4;
+    let store = store(total, count);
+    let bucket_bytes = bucket.unwrap_or(DEFAULT_BUCKET_BYTES);
+    let mut opts = PlanOptions::new().bucket_bytes(bucket_bytes);
+    if let Some(d) = direct {
+        opts = opts.direct_bytes(d);
+    }
+    let mut plan = CandlePlan::new(&world, &store, &opts).unwrap();
+    let fresh: Vec<Tensor> = plan
+        .vars()
+        .iter()
+        .map(|v| Tensor::full(GRAD, v.dims(), &Device::Cpu).unwrap())
+        .collect();
+    let mut grads = GradStore::default();
+    let mut raw = RawMpi::new(total);
+    if world.rank() == 0 {
+        let label = |bytes: usize, default: usize| {
+            let l = bytes_label(bytes);
+            if bytes == default {
+                format!("{l} (the default)")
+            } else {
+                l
+            }
+        };
+        println!(
+            "candle_bench: ranks: {}; gradients: {count} f32 tensors, {mb} MB in a CandleStore; \
+             bucket {}, direct {}; median (min–max) of {reps} rounds after a warm-up, the \
+             configurations in a new order each round, each time the slowest rank's",
+            world.size(),
+            label(bucket_bytes, DEFAULT_BUCKET_BYTES),
+            match opts.direct_bytes_value() {
+                usize::MAX => "off".to_owned(),
+                d => format!("from {}", label(d, DEFAULT_DIRECT_BYTES)),
+            },
+        );
+        println!("load average at start: {load}");
+    }
+
+    // 0: one raw call, 1: raw chunks of the bucket, 2: the plan.
+    let mut times: Vec<Vec<f64>> = (0..3).map(|_| Vec::with_capacity(reps)).collect();
+    for round in 0..=reps {
+        for i in order(3, round) {
+            let t = match i {
+                0 => once(&world, || raw.whole(&world)),
+                1 => once(&world, || raw.chunks(&world, bucket_bytes)),
+                _ => {
+                    refill(&mut grads, &plan, &fresh);
+                    once(&world, || {
+                        plan.all_reduce(&world, &mut grads, Reduce::Sum).unwrap();
+                    })
+                }
+            };
+            if round > 0 {
+                times[i].push(t);
+            }
+        }
+        if round == 0 && world.rank() == 0 {
+            let want = GRAD * world.size() as f32;
+            let got = firsts(&grads, &plan);
+            assert!(
+                got.iter().all(|&x| x == want),
+                "reduced gradients {got:?}, want {want}"
+            );
+        }
+    }
+    if world.rank() == 0 {
+        println!("{}", whole_line(mb, &times[0]));
+        println!(
+            "{}{}",
+            compare_line(
+                &format!("bucket of {}", bytes_label(bucket_bytes)),
+                plan.reduce_buckets(),
+                "CandlePlan::all_reduce",
+                &times[2],
+                &times[1],
+                bucket_bytes,
+                &times[0],
+            ),
+            if bucket_bytes == DEFAULT_BUCKET_BYTES {
+                "; default"
+            } else {
+                ""
+            }
+        );
+    }
+}
