@@ -423,7 +423,7 @@ fn reduce_is_exact_with(world: &World, n_small: usize, opts: PlanOptions) -> Che
 }
 
 fn all_reduce_sum_and_mean_are_exact_with_the_default_bucket(world: &World) -> Check {
-    reduce_is_exact(world, 20, 25 << 20)
+    reduce_is_exact(world, 20, scopetree::ranks::DEFAULT_BUCKET_BYTES)
 }
 
 fn every_pipeline_and_direct_path_is_exact(world: &World) -> Check {

@@ -209,7 +209,7 @@ fn reduce_is_exact(world: &World, bucket: usize) -> Check {
 }
 
 fn all_reduce_sum_and_mean_are_exact_with_the_default_bucket(world: &World) -> Check {
-    reduce_is_exact(world, 25 << 20)
+    reduce_is_exact(world, scopetree::ranks::DEFAULT_BUCKET_BYTES)
 }
 
 fn all_reduce_is_exact_with_buckets_that_split_variables(world: &World) -> Check {

@@ -4,6 +4,7 @@
 //! cargo build --release --features mpi --example ranks_bench
 //! mpirun -np 2 target/release/examples/ranks_bench [MB] [REPS] [TENSORS] [--direct BYTES]
 //! mpirun -np 2 target/release/examples/ranks_bench [MB] [REPS] [TENSORS] --direct-sweep
+//! mpirun -np 2 target/release/examples/ranks_bench [MB] [REPS] [TENSORS] --pairs-sweep
 //! mpirun -np 2 --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
 //!     target/release/examples/ranks_bench   # MPI's TCP transport over loopback
 //! ```
@@ -46,7 +47,10 @@ mod rounds;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator;
 use scopetree::checkpoint::Tensor;
-use scopetree::ranks::{DEFAULT_BUCKET_BYTES, DEFAULT_DIRECT_BYTES, PlanOptions, Reduce, SyncPlan};
+use scopetree::ranks::{
+    DEFAULT_BUCKET_BUFFERS, DEFAULT_BUCKET_BYTES, DEFAULT_DIRECT_BYTES, PlanOptions, Reduce,
+    SyncPlan,
+};
 use scopetree::{ScopeId, ScopeTree};
 
 use rounds::{
@@ -223,6 +227,53 @@ fn direct_sweep(b: &mut Bench, mb: usize) {
     }
 }
 
+/// The pairs sweep: with every variable fused (direct off), buckets of 1
+/// and 25 MiB with 1, 2, 4 and 8 bucket buffer pairs (1: one bucket at a
+/// time; 2W: W transfers in flight), against raw chunks of the bucket, all
+/// in the same rounds.
+fn pairs_sweep(b: &mut Bench, mb: usize) {
+    let buckets = [1_usize << 20, DEFAULT_BUCKET_BYTES];
+    let pairs = [1_usize, 2, 4, 8];
+    let mut plans = Vec::new();
+    let mut configs = vec![Config::Whole];
+    for &bytes in &buckets {
+        configs.push(Config::Chunks(bytes));
+        for &n in &pairs {
+            let opts = PlanOptions::new()
+                .bucket_bytes(bytes)
+                .direct_bytes(usize::MAX)
+                .bucket_buffers(n);
+            configs.push(Config::Plan(plans.len()));
+            plans.push(b.plan(&opts));
+        }
+    }
+    let times = b.measure(&configs, &mut plans);
+    if b.world.rank() != 0 {
+        return;
+    }
+    println!("{}", whole_line(mb, &times[0]));
+    let mut at = 1;
+    let mut p = 0;
+    for &bytes in &buckets {
+        let chunks = at;
+        at += 1;
+        for &n in &pairs {
+            let line = compare_line(
+                &format!("buckets of {:>7}, {n} pair(s)", bytes_label(bytes)),
+                plans[p].reduce_buckets(),
+                "SyncPlan::all_reduce",
+                &times[at],
+                &times[chunks],
+                bytes,
+                &times[0],
+            );
+            println!("{line}{}", mark(n == DEFAULT_BUCKET_BUFFERS));
+            at += 1;
+            p += 1;
+        }
+    }
+}
+
 /// The consistency digest's cost: local hashing, and the whole check.
 fn digest(b: &mut Bench, mb: usize) {
     let mut plan = b.plan(&PlanOptions::new());
@@ -304,6 +355,13 @@ fn watchdog(world: &SimpleCommunicator, reps: usize) {
 fn main() {
     let mut args: Vec<String> = std::env::args().collect();
     let direct = take_bytes_flag(&mut args, "--direct");
+    let sweep_pairs = match args.iter().position(|a| a == "--pairs-sweep") {
+        Some(i) => {
+            args.remove(i);
+            true
+        }
+        None => false,
+    };
     let sweep_direct = match args.iter().position(|a| a == "--direct-sweep") {
         Some(i) => {
             args.remove(i);
@@ -332,7 +390,9 @@ fn main() {
                 bytes_label(DEFAULT_DIRECT_BYTES)
             ),
         };
-        let mode = if sweep_direct {
+        let mode = if sweep_pairs {
+            "pairs sweep, direct off".to_owned()
+        } else if sweep_direct {
             format!(
                 "direct sweep at the default bucket of {}",
                 bytes_label(DEFAULT_BUCKET_BYTES)
@@ -357,6 +417,10 @@ fn main() {
     };
     if sweep_direct {
         direct_sweep(&mut bench, mb);
+        return;
+    }
+    if sweep_pairs {
+        pairs_sweep(&mut bench, mb);
         return;
     }
     bucket_sweep(&mut bench, mb, direct);

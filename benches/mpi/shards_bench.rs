@@ -11,7 +11,7 @@
 //!
 //! - The state: 300 `f32` tensors of sizes growing as i² (the largest about
 //!   1 % of the whole), `MIB` MiB in all (1024 by default), the same on
-//!   every rank, in one plan with the default bucket (25 MiB).
+//!   every rank, in one plan with the default bucket.
 //! - Each of `ROUNDS` rounds (5 by default, after one warm-up round) runs
 //!   `save_shards`, `load_shards`, `save_on_root`, `load_on_all` in turn
 //!   (odd rounds start with the last two), so that load from other

@@ -98,13 +98,13 @@ pub(super) fn start<C: Collective + ?Sized, T>(
     let local = if opts.bucket_bytes == 0 {
         Err(Error::BadOption {
             reason: "a bucket of 0 bytes; pass at least one element's size \
-                     (the default is 25 MiB)"
+                     (the default is 2 MiB)"
                 .into(),
         })
     } else if !(1..=8).contains(&opts.bucket_buffers) {
         Err(Error::BadOption {
             reason: format!(
-                "{} bucket buffer pairs; pass 1 to 8 (the default is 2)",
+                "{} bucket buffer pairs; pass 1 to 8 (the default is 1)",
                 opts.bucket_buffers
             ),
         })

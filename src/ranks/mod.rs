@@ -15,7 +15,8 @@
 //! - [`SyncPlan`]: a scope's variables, agreed once, with their buckets and
 //!   buffers. [`broadcast`](SyncPlan::broadcast) the parameters from a root
 //!   rank, [`all_reduce`](SyncPlan::all_reduce) the gradients (sum or mean,
-//!   in place, in buckets of 25 MiB by default, allocating nothing),
+//!   in place, large variables from their own buffers and small ones in
+//!   buckets of 2 MiB by default, allocating nothing),
 //!   [`check_consistency`](SyncPlan::check_consistency) of the parameters'
 //!   bytes, and checkpoints across ranks
 //!   ([`save_on_root`](SyncPlan::save_on_root),

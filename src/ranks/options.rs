@@ -8,12 +8,16 @@ use super::sliced::SlicedState;
 use super::watchdog::DEFAULT_TIMEOUT;
 use crate::checkpoint::Filter;
 
-/// The default bucket size: 25 MiB, as PyTorch's DDP.
+/// The default bucket size: 2 MiB, chosen by measurement (the bucket sweep
+/// of `docs/benchmarks.md`: raw MPI in chunks of 1 to 4 MiB was the
+/// fastest way to move 100 MB here, over shared memory and over TCP).
+/// PyTorch DDP's 25 MiB is made for GPUs over NCCL; raise it for few large
+/// messages over a slow network (see `docs/distributed.md`).
 ///
 /// ```
-/// assert_eq!(scopetree::ranks::DEFAULT_BUCKET_BYTES, 25 * 1024 * 1024);
+/// assert_eq!(scopetree::ranks::DEFAULT_BUCKET_BYTES, 2 * 1024 * 1024);
 /// ```
-pub const DEFAULT_BUCKET_BYTES: usize = 25 << 20;
+pub const DEFAULT_BUCKET_BYTES: usize = 2 << 20;
 
 /// The default size from which an all-reduce sends a variable straight
 /// from its own buffer, with no bucket copy: see
@@ -22,7 +26,7 @@ pub const DEFAULT_BUCKET_BYTES: usize = 25 << 20;
 /// ```
 /// assert!(scopetree::ranks::DEFAULT_DIRECT_BYTES > 0);
 /// ```
-pub const DEFAULT_DIRECT_BYTES: usize = 256 << 10;
+pub const DEFAULT_DIRECT_BYTES: usize = 64 << 10;
 
 /// The default number of bucket buffer pairs: see
 /// [`PlanOptions::bucket_buffers`].
@@ -30,7 +34,7 @@ pub const DEFAULT_DIRECT_BYTES: usize = 256 << 10;
 /// ```
 /// assert!(scopetree::ranks::DEFAULT_BUCKET_BUFFERS >= 1);
 /// ```
-pub const DEFAULT_BUCKET_BUFFERS: usize = 2;
+pub const DEFAULT_BUCKET_BUFFERS: usize = 1;
 
 /// The largest number of elements one MPI call can count.
 const MAX_COUNT: usize = i32::MAX as usize;
