@@ -32,11 +32,18 @@ STEPS_PER_S_TWO = 444_500
 # Why 10x64, by 10 = 5450 f32.
 RNN_GRAD_BYTES = 5450 * 4
 
-# MEASURED (ranks_bench, 2 ranks, quiet runs): SyncPlan::all_reduce with 25
-# MiB buckets 41.9-43.7 ms, raw calls in 25 MiB chunks 26.2-27.7 ms, for
-# 100 MB: the store's bucket copies cost about 0.158 ms per MB. With 1 MiB
-# buckets the two were equal (1.00-1.02x): no measurable copy cost.
-COPY_S_PER_BYTE_25MIB = (42.6e-3 - 26.8e-3) / 100e6
+# MEASURED before issue 27 (ranks_bench, 2 ranks, quiet runs, every
+# variable copied into 25 MiB buckets): SyncPlan::all_reduce 41.9-43.7 ms,
+# raw calls in 25 MiB chunks 26.2-27.7 ms, for 100 MB: 0.158 ms per MB.
+COPY_S_PER_BYTE_BEFORE = (42.6e-3 - 26.8e-3) / 100e6
+
+# MEASURED at b10503a (ranks_bench --direct-sweep, 2 ranks, 100 MB, 2 MiB
+# buckets): every variable fused ("direct off") 43.3 ms against raw calls in
+# 2 MiB chunks 37.1 ms: a copied byte costs 0.062 ns. Since issue 27 only
+# variables under DIRECT bytes are copied; larger ones are sent from their
+# own buffers and swapped with a spare (no copy).
+COPY_S_PER_FUSED_BYTE = (43.3e-3 - 37.1e-3) / 100e6
+DIRECT = 64 * 2**10
 
 # MEASURED: the consistency digest hashed 0.05-0.09 ms per MB.
 DIGEST_S_PER_BYTE = 0.09e-3 / 1e6
@@ -51,8 +58,13 @@ SHM_BYTES_PER_S = 16 * 2**20 / 14.0e-3
 LINKS = {"25 Gb/s": 25e9 / 8, "100 Gb/s": 100e9 / 8}
 ALPHA = 5e-6
 
-BUCKET = 25 * 2**20
+BUCKET = 2 * 2**20          # DEFAULT_BUCKET_BYTES since issue 27
+BUCKET_BEFORE = 25 * 2**20  # before
 RANKS = [8, 64, 1024]
+
+# ASSUMED: a model's gradients as ranks_bench's, 300 f32 tensors of sizes
+# growing as i^2 (the largest about 1 % of the whole), scaled to 1 GB.
+TENSORS = 300
 
 # ASSUMED: a parallel filesystem (Lustre, GPFS) for checkpoints across
 # ranks, one rank per client node: each client reads or writes at up to
@@ -70,6 +82,28 @@ def ring_all_reduce(nbytes, n, bw, alpha, bucket=BUCKET):
     per bucket)."""
     calls = max(1, math.ceil(nbytes / bucket))
     return 2 * (n - 1) / n * nbytes / bw + calls * 2 * (n - 1) * alpha
+
+
+def tensor_sizes(total, count=TENSORS):
+    """count tensors of sizes growing as i^2, total bytes in all."""
+    weights = [i * i for i in range(1, count + 1)]
+    return [total * w / sum(weights) for w in weights]
+
+
+def layer_calls(sizes, bucket, direct):
+    """The all-reduce calls the layer makes: one per bucket-sized chunk of
+    each variable of at least `direct` bytes, and the fused buckets of the
+    others. Returns (calls, fused bytes)."""
+    fused = sum(s for s in sizes if s < direct)
+    calls = sum(math.ceil(s / bucket) for s in sizes if s >= direct)
+    return calls + math.ceil(fused / bucket), fused
+
+
+def layer_all_reduce(sizes, n, bw, alpha, bucket, direct):
+    """The ring time of the layer's calls, and its copies."""
+    calls, fused = layer_calls(sizes, bucket, direct)
+    ring = 2 * (n - 1) / n * sum(sizes) / bw + calls * 2 * (n - 1) * alpha
+    return ring, fused * COPY_S_PER_FUSED_BYTE, calls
 
 
 def check(n, alpha):
@@ -148,17 +182,53 @@ def main():
     print()
 
     size = 1e9
-    print("1 GB of f32 gradients, 25 MiB buckets (predicted):")
+    sizes = tensor_sizes(size)
+    print("1 GB of f32 gradients in 300 tensors (predicted): before issue 27 "
+          "(25 MiB buckets, every byte copied) and now (variables from 64 KiB "
+          "sent from their own buffers, the rest fused), at the 2 MiB default "
+          "and at 25 MiB buckets:")
     print()
-    print("| ranks | link | ring all-reduce | bucket copies | check | store's share |")
-    print("|---|---|---|---|---|---|")
+    print("| ranks | link | before: all-reduce + copies | its store's share | "
+          "now, 2 MiB: calls | all-reduce | copies + check | store's share | "
+          "now, 25 MiB: calls | all-reduce | store's share |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in RANKS:
         for name, bw in LINKS.items():
-            ar = ring_all_reduce(size, n, bw, ALPHA)
-            copies = size * COPY_S_PER_BYTE_25MIB
             chk = check(n, ALPHA)
-            share = (copies + chk) / (ar + copies + chk)
-            print(f"| {n} | {name} | {ms(ar)} | {ms(copies)} | {ms(chk)} | {share:.0%} |")
+            ar0 = ring_all_reduce(size, n, bw, ALPHA, BUCKET_BEFORE)
+            copies0 = size * COPY_S_PER_BYTE_BEFORE
+            share0 = (copies0 + chk) / (ar0 + copies0 + chk)
+            row = [f"{ms(ar0 + copies0)}", f"{share0:.0%}"]
+            for bucket in [BUCKET, BUCKET_BEFORE]:
+                ar, copies, calls = layer_all_reduce(sizes, n, bw, ALPHA, bucket, DIRECT)
+                share = (copies + chk) / (ar + copies + chk)
+                if bucket == BUCKET:
+                    row += [f"{calls}", ms(ar), ms(copies + chk), f"{share:.1%}"]
+                else:
+                    row += [f"{calls}", ms(ar), f"{share:.1%}"]
+            print(f"| {n} | {name} | " + " | ".join(row) + " |")
+    print()
+
+    print("The bucket from which the per-call latency, 2 (N-1) alpha, falls "
+          "under 5 % of a call's bandwidth term, 2 (N-1)/N * bucket / B "
+          "(bucket >= 20 N alpha B); raise direct_bytes with it, so that "
+          "variables smaller than a bucket share one:")
+    print()
+    print("| ranks | link | bucket | 1 GB, defaults (2 MiB, direct from 64 KiB): "
+          "calls, time | tuned (that bucket, direct from the bucket): calls, time, "
+          "of which copies |")
+    print("|---|---|---|---|---|")
+    for n in RANKS:
+        for name, bw in LINKS.items():
+            b = max(BUCKET, 20 * n * ALPHA * bw)
+            chk = check(n, ALPHA)
+            ar, copies, calls = layer_all_reduce(sizes, n, bw, ALPHA, BUCKET, DIRECT)
+            tcalls, fused = layer_calls(sizes, b, b)
+            tring = 2 * (n - 1) / n * size / bw + tcalls * 2 * (n - 1) * ALPHA
+            # Buckets past the caches copy at the cost measured before issue 27.
+            tcopies = fused * (COPY_S_PER_FUSED_BYTE if b <= BUCKET else COPY_S_PER_BYTE_BEFORE)
+            print(f"| {n} | {name} | {b / 2**20:.0f} MiB | {calls}, {ms(ar + copies + chk)} | "
+                  f"{tcalls}, {ms(tring + tcopies + chk)}, {ms(tcopies)} |")
     print()
 
     print("Where the store's fixed cost per call (the check) falls under 1 % "
@@ -191,8 +261,9 @@ def main():
     for name, bw in LINKS.items():
         per_byte_link = 2 / bw
         print(f"{name}: the link moves a byte of gradient in {per_byte_link * 1e9:.2f} ns "
-              f"(2/B); the 25 MiB bucket copies cost {COPY_S_PER_BYTE_25MIB * 1e9:.2f} ns, "
-              f"the digest {DIGEST_S_PER_BYTE * 1e9:.2f} ns.")
+              f"(2/B); a copied byte cost {COPY_S_PER_BYTE_BEFORE * 1e9:.2f} ns before issue 27 "
+              f"(25 MiB buckets), {COPY_S_PER_FUSED_BYTE * 1e9:.3f} ns now (2 MiB buckets, "
+              f"fused variables only), the digest {DIGEST_S_PER_BYTE * 1e9:.2f} ns.")
 
 
 if __name__ == "__main__":
