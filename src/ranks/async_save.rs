@@ -16,10 +16,10 @@ use super::error::Error;
 use super::manager::CheckpointManager;
 use super::plan::SyncPlan;
 use super::shards::{Prepared, ShardedSave, publish};
-use super::state_shards::StateFile;
+use super::state_shards::{StateFile, write_flushed};
 use super::watchdog::Watch;
 use crate::ScopeTree;
-use crate::checkpoint::{self, Dtype, SaveOptions, Staged, sync_file, write_tensors};
+use crate::checkpoint::{self, Dtype, SaveOptions};
 
 /// What the background thread writes: this rank's tensors, staged.
 struct Shard {
@@ -69,20 +69,14 @@ impl Shards {
 impl Shard {
     /// Writes the shard; hands the buffers back for the next save.
     fn write(self) -> (Vec<Vec<u8>>, Result<(), checkpoint::Error>) {
-        let staged: Vec<Staged<'_>> = self
-            .tensors
-            .iter()
-            .zip(&self.buffers)
-            .map(|((key, dtype, shape), bytes)| Staged {
-                key,
-                dtype: *dtype,
-                shape,
-                bytes,
-            })
-            .collect();
-        let written = write_tensors(&staged, self.floats_as, Some(self.metadata), &self.path)
-            .and_then(|()| sync_file(&self.path));
-        drop(staged);
+        let bytes = self.buffers.iter().map(Vec::as_slice);
+        let written = write_flushed(
+            &self.tensors,
+            bytes,
+            self.floats_as,
+            Some(self.metadata),
+            &self.path,
+        );
         (self.buffers, written)
     }
 }

@@ -69,20 +69,9 @@ impl StateFile {
                 (None, ..) => unreachable!("a tensor not staged is written from its tree"),
             });
         }
-        let staged: Vec<Staged<'_>> = self
-            .tensors
-            .iter()
-            .zip(bytes)
-            .map(|((key, dtype, shape), bytes)| Staged {
-                key,
-                dtype: *dtype,
-                shape,
-                bytes,
-            })
-            .collect();
         let path = dir.join(&self.name);
-        write_tensors(&staged, None, Some(self.metadata.clone()), &path)?;
-        Ok(sync_file(&path)?)
+        let metadata = Some(self.metadata.clone());
+        Ok(write_flushed(&self.tensors, bytes, None, metadata, &path)?)
     }
 
     /// The bytes of the state this shard holds. O(tensors).
@@ -92,6 +81,31 @@ impl StateFile {
             .map(|(_, d, s)| (s.iter().product::<usize>() * d.bitsize() / 8) as u64)
             .sum()
     }
+}
+
+/// Writes `tensors` (key, dtype, shape), the `n`th holding `bytes[n]`, to
+/// `path` as the checkpoint layer writes a tree's (floats converted to
+/// `floats_as`, atomically, with `metadata`), then flushes the file to the
+/// disk. O(bytes).
+pub(super) fn write_flushed<'a>(
+    tensors: &'a [(String, Dtype, Vec<usize>)],
+    bytes: impl IntoIterator<Item = &'a [u8]>,
+    floats_as: Option<Dtype>,
+    metadata: Option<HashMap<String, String>>,
+    path: &Path,
+) -> Result<(), checkpoint::Error> {
+    let staged: Vec<Staged<'_>> = tensors
+        .iter()
+        .zip(bytes)
+        .map(|((key, dtype, shape), bytes)| Staged {
+            key,
+            dtype: *dtype,
+            shape,
+            bytes,
+        })
+        .collect();
+    write_tensors(&staged, floats_as, metadata, path)?;
+    sync_file(path)
 }
 
 /// How a message shows the digest of the state's keys.
