@@ -399,7 +399,10 @@ impl SyncPlan {
     /// different `floats_as`; when a rank cannot create `dir` or write its
     /// shard, that rank's [`Error::Checkpoint`] and [`Error::PeerFailed`]
     /// on the others, with no index written; [`Error::Changed`] on a rank
-    /// whose tree changed since the plan.
+    /// whose tree changed since the plan; [`Error::BadState`] on a rank
+    /// whose sliced state does not fit the plan's
+    /// [`state_partition`](Self::state_partition) (and
+    /// [`Error::PeerFailed`] on the others), with nothing written.
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
