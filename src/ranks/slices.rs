@@ -13,7 +13,7 @@ use super::manifest::Manifest;
 use super::sliced::{BoundState, StateLayout};
 use crate::ScopeTree;
 
-/// The bytes of state tensor `t`'s elements `elems`, and its element size.
+/// State tensor `t`'s element size and its bytes in all, as `(size, bytes)`.
 fn bytes_of(
     layout: &StateLayout,
     manifest: &Manifest,
