@@ -762,6 +762,25 @@ fn single_process_block_collectives_are_the_identity_and_check_lengths() -> R {
     says(&err, &["a buffer of 3 elements for 1 block(s) of 2"]);
     assert!(w.reduce_scatter_sum_f64(&[1.0; 2], &mut r64).is_err());
     assert!(w.all_gather_bytes(&[1, 2], &mut all).is_err());
+    // A reduce to one rank: rank 0 is the only root.
+    w.reduce_sum_f32(0, &[0.5, 4.0], &mut r32)?;
+    assert_eq!(r32, [0.5, 4.0]);
+    w.reduce_sum_f64(0, &[-1.0], &mut r64)?;
+    assert_eq!(r64, [-1.0]);
+    let err = w.reduce_sum_f32(1, &[1.0; 2], &mut r32).unwrap_err();
+    assert!(matches!(
+        err,
+        Error::BadRank {
+            rank: 1,
+            size: 1,
+            ..
+        }
+    ));
+    says(&err, &["root of a reduce"]);
+    assert!(matches!(
+        w.reduce_sum_f64(0, &[1.0; 3], &mut r64),
+        Err(Error::BadBuffers { .. })
+    ));
     Ok(())
 }
 

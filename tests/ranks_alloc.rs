@@ -1,6 +1,7 @@
 //! The steady state of a data-parallel step allocates nothing on the tree
-//! path: [`SyncPlan::all_reduce`] and [`SyncPlan::check_consistency`]
-//! reuse the plan's buckets and buffers, step after step. Measured with a
+//! path: [`SyncPlan::all_reduce`], [`SyncPlan::check_consistency`] and
+//! ZeRO's [`SyncPlan::reduce_scatter`] and [`SyncPlan::all_gather`] reuse
+//! the plan's buckets, buffers and spares, step after step. Measured with a
 //! counting global allocator of this file's own (per thread, so the tests
 //! of the file may run in parallel), on the single-process world; the MPI
 //! test binary (`tests/ranks_mpi.rs`) checks the same under `mpirun`.
@@ -67,6 +68,42 @@ fn all_reduce_and_the_consistency_check_allocate_nothing_per_step() {
                 plan.all_reduce(&world, &mut tree, Reduce::Sum).unwrap();
                 plan.all_reduce(&world, &mut tree, Reduce::Mean).unwrap();
                 plan.check_consistency(&world, &tree).unwrap();
+            }
+        });
+        assert_eq!(
+            n, 0,
+            "{n} allocations in 50 steps with buckets of {bucket} bytes, direct from {direct}"
+        );
+        assert_eq!(tree.get::<Vec<f32>>(vars[1]).unwrap()[0], 49.0);
+    }
+}
+
+#[test]
+fn the_zero_exchange_allocates_nothing_per_step() {
+    let (mut tree, grads, vars) = grads();
+    let world = SingleProcess;
+    // Every piece through the padded buffers, every piece reduced into a
+    // spare that the variable then takes, in one call or in chunks, and a
+    // mix.
+    let cases = [
+        (1 << 10, usize::MAX),
+        (1 << 10, 1),
+        (25 << 20, 1),
+        (25 << 20, 1024),
+    ];
+    for (bucket, direct) in cases {
+        let opts = PlanOptions::new().bucket_bytes(bucket).direct_bytes(direct);
+        let mut plan = SyncPlan::new(&world, &tree, grads, &opts).unwrap();
+        plan.reduce_scatter(&world, &mut tree, Reduce::Mean)
+            .unwrap();
+        plan.all_gather(&world, &mut tree).unwrap();
+        let n = count_alloc::allocations(|| {
+            for step in 0..50 {
+                tree.get_mut::<Vec<f32>>(vars[1]).unwrap()[0] = step as f32;
+                plan.reduce_scatter(&world, &mut tree, Reduce::Sum).unwrap();
+                plan.reduce_scatter(&world, &mut tree, Reduce::Mean)
+                    .unwrap();
+                plan.all_gather(&world, &mut tree).unwrap();
             }
         });
         assert_eq!(

@@ -76,6 +76,56 @@ pub trait Collective {
     /// [`Error::BadBuffers`] when `send.len()` is not `size() × recv.len()`.
     fn reduce_scatter_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error>;
 
+    /// Sums `send` element-wise over all ranks into `recv` on rank `root`:
+    /// there `recv` has `send`'s length; the other ranks pass any `recv`
+    /// (an empty one) and it stays as it is. ZeRO's reduce of a variable
+    /// to the rank that owns it, from the variable's own buffer. The
+    /// default all-reduces, through a scratch buffer that it allocates on
+    /// the other ranks; MPI's is `MPI_Reduce`. O(len) per rank, plus the
+    /// transport.
+    ///
+    /// ```
+    /// use scopetree::ranks::{Collective, SingleProcess};
+    /// let mut sum = [0.0_f32; 2];
+    /// SingleProcess.reduce_sum_f32(0, &[1.5, 2.5], &mut sum)?;
+    /// assert_eq!(sum, [1.5, 2.5]);
+    /// # Ok::<(), scopetree::ranks::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::BadRank`] when `root` is not a rank of the world;
+    /// [`Error::BadBuffers`] on `root` when `recv` and `send` differ in
+    /// length.
+    fn reduce_sum_f32(&self, root: usize, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
+        check_root_of(root, self.size(), "root of a reduce")?;
+        if self.rank() == root {
+            self.all_reduce_sum_f32(send, recv)
+        } else {
+            self.all_reduce_sum_f32(send, &mut vec![0.0; send.len()])
+        }
+    }
+
+    /// As [`reduce_sum_f32`](Self::reduce_sum_f32), for `f64`.
+    ///
+    /// ```
+    /// use scopetree::ranks::{Collective, SingleProcess};
+    /// let mut sum = [0.0_f64; 1];
+    /// SingleProcess.reduce_sum_f64(0, &[4.0], &mut sum)?;
+    /// assert_eq!(sum, [4.0]);
+    /// # Ok::<(), scopetree::ranks::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`reduce_sum_f32`](Self::reduce_sum_f32).
+    fn reduce_sum_f64(&self, root: usize, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
+        check_root_of(root, self.size(), "root of a reduce")?;
+        if self.rank() == root {
+            self.all_reduce_sum_f64(send, recv)
+        } else {
+            self.all_reduce_sum_f64(send, &mut vec![0.0; send.len()])
+        }
+    }
+
     /// Gathers every rank's `send` into `recv` on every rank: `recv` holds
     /// `size()` blocks of `send.len()` bytes, block `r` receiving rank `r`'s
     /// `send` (the second half of a ZeRO exchange). O(len of `recv`) per
@@ -167,15 +217,22 @@ pub(crate) fn blocks(op: &'static str, size: usize, block: usize, all: usize) ->
     }
 }
 
-/// Checks that `root` is a rank of a world of `size`. O(1).
+/// Checks that `root` is a rank of a world of `size`, as the root of a
+/// broadcast. O(1).
 pub(crate) fn check_root(root: usize, size: usize) -> Result<(), Error> {
+    check_root_of(root, size, "root of a broadcast")
+}
+
+/// Checks that `root` is a rank of a world of `size`; `what` names its
+/// role in the error. O(1).
+pub(crate) fn check_root_of(root: usize, size: usize, what: &'static str) -> Result<(), Error> {
     if root < size {
         Ok(())
     } else {
         Err(Error::BadRank {
             rank: root,
             size,
-            what: "root of a broadcast",
+            what,
         })
     }
 }
@@ -233,6 +290,18 @@ impl Collective for SingleProcess {
         blocks("reduce-scatter", 1, recv.len(), send.len())?;
         recv.copy_from_slice(send);
         Ok(())
+    }
+
+    /// Copies `send` into `recv` (rank 0 is the only root). O(len).
+    fn reduce_sum_f32(&self, root: usize, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
+        check_root_of(root, 1, "root of a reduce")?;
+        self.all_reduce_sum_f32(send, recv)
+    }
+
+    /// Copies `send` into `recv` (rank 0 is the only root). O(len).
+    fn reduce_sum_f64(&self, root: usize, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
+        check_root_of(root, 1, "root of a reduce")?;
+        self.all_reduce_sum_f64(send, recv)
     }
 
     /// Copies `send` into `recv` (one block). O(len).

@@ -5,7 +5,7 @@ use mpi::collective::SystemOperation;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Equivalence, Root};
 
-use super::collective::{Collective, Digest, blocks, check_root, same_len};
+use super::collective::{Collective, Digest, blocks, check_root, check_root_of, same_len};
 use super::error::Error;
 use super::pipeline::{Pipeline, check_buffers, in_turn};
 
@@ -48,6 +48,26 @@ fn reduce_scatter_sum<T: Equivalence>(
     )?;
     count("reduce-scatter", send.len())?;
     comm.reduce_scatter_block_into(send, recv, SystemOperation::sum());
+    Ok(())
+}
+
+/// `MPI_Reduce` with `MPI_SUM` to `root`, after the local checks: `recv`
+/// is read only on `root`. O(len) per rank.
+fn reduce_sum<T: Equivalence>(
+    comm: &SimpleCommunicator,
+    root: usize,
+    send: &[T],
+    recv: &mut [T],
+) -> Result<(), Error> {
+    check_root_of(root, Collective::size(comm), "root of a reduce")?;
+    count("reduce", send.len())?;
+    let at = comm.process_at_rank(i32::try_from(root).unwrap_or_default());
+    if Collective::rank(comm) == root {
+        same_len("reduce", send.len(), recv.len())?;
+        at.reduce_into_root(send, recv, SystemOperation::sum());
+    } else {
+        at.reduce_into(send, SystemOperation::sum());
+    }
     Ok(())
 }
 
@@ -190,6 +210,17 @@ impl Collective for SimpleCommunicator {
     /// O(len of `send`) per rank, plus the transport.
     fn reduce_scatter_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
         reduce_scatter_sum(self, send, recv)
+    }
+
+    /// `MPI_Reduce` with `MPI_SUM` into `recv` on `root`. O(len) per rank,
+    /// plus the transport.
+    fn reduce_sum_f32(&self, root: usize, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
+        reduce_sum(self, root, send, recv)
+    }
+
+    /// As for `f32`.
+    fn reduce_sum_f64(&self, root: usize, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
+        reduce_sum(self, root, send, recv)
     }
 
     /// `MPI_Allgather` of `send`'s bytes into `recv`. O(len of `recv`) per

@@ -186,7 +186,7 @@ impl SyncPlan {
         Ok(Self {
             partition,
             state,
-            zero: ZeroBuffers::default(),
+            zero: ZeroBuffers::new(opts),
             first_not_float: slots
                 .iter()
                 .position(|s| !matches!(s.access.dtype, Dtype::F32 | Dtype::F64)),

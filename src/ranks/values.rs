@@ -36,6 +36,12 @@ pub(super) trait Float: Pod + std::ops::Div<Output = Self> {
         pipe: &mut dyn Pipeline<Self>,
         bufs: &mut [(Vec<Self>, Vec<Self>)],
     ) -> Result<(), Error>;
+    fn reduce_to<C: Collective + ?Sized>(
+        comm: &C,
+        root: usize,
+        send: &[Self],
+        recv: &mut [Self],
+    ) -> Result<(), Error>;
     fn of_count(n: usize) -> Self;
 }
 
@@ -50,6 +56,14 @@ impl Float for f32 {
         recv: &mut [f32],
     ) -> Result<(), Error> {
         comm.reduce_scatter_sum_f32(send, recv)
+    }
+    fn reduce_to<C: Collective + ?Sized>(
+        comm: &C,
+        root: usize,
+        send: &[f32],
+        recv: &mut [f32],
+    ) -> Result<(), Error> {
+        comm.reduce_sum_f32(root, send, recv)
     }
     fn pipelined<C: Collective + ?Sized>(
         comm: &C,
@@ -75,6 +89,14 @@ impl Float for f64 {
         recv: &mut [f64],
     ) -> Result<(), Error> {
         comm.reduce_scatter_sum_f64(send, recv)
+    }
+    fn reduce_to<C: Collective + ?Sized>(
+        comm: &C,
+        root: usize,
+        send: &[f64],
+        recv: &mut [f64],
+    ) -> Result<(), Error> {
+        comm.reduce_sum_f64(root, send, recv)
     }
     fn pipelined<C: Collective + ?Sized>(
         comm: &C,

@@ -33,20 +33,28 @@ impl SyncPlan {
 
     /// Sums (or averages, [`Reduce::Mean`]) the variables over the ranks so
     /// that each rank ends with the reduced values of its own slice
-    /// ([`partition`](Self::partition)): one `MPI_Reduce_scatter_block` per
-    /// float type, each rank's slice padded to the largest slice's length.
-    /// The elements outside this rank's slice keep this rank's own values.
-    /// A collective call. The first call allocates the buffers (per float
-    /// type, `size` blocks of the largest slice to send and one to
-    /// receive: about the variables' bytes); later calls allocate nothing.
-    /// O(bytes) per rank for the copies, plus one all-gather of 16 bytes per
-    /// rank for the check and the transport; not bucketed.
+    /// ([`partition`](Self::partition)). A piece of a slice of at least
+    /// [`PlanOptions::direct_bytes`](super::PlanOptions::direct_bytes) is
+    /// summed from its variable's own buffer to its owner (`MPI_Reduce`, in
+    /// chunks of the bucket) into a spare buffer, which then becomes the
+    /// variable when the piece is all of it (no copy), or is copied into
+    /// the piece. The smaller pieces go through one
+    /// `MPI_Reduce_scatter_block` per float type, each rank's padded to the
+    /// largest rank's. The elements outside this rank's slice keep this
+    /// rank's own values. A collective call. The first call allocates the
+    /// buffers: the spares of this rank's direct pieces (about its slice's
+    /// bytes) and, per float type, `size + 1` blocks of the largest rank's
+    /// small pieces; later calls allocate nothing on a tree. O(bytes) per
+    /// rank, of which only the small pieces (and the direct pieces that
+    /// are parts of variables, on their owners) are copied, plus one
+    /// all-gather of 16 bytes per rank for the check and the transport.
     ///
     /// Each element's sum is the MPI library's, as for
     /// [`all_reduce`](Self::all_reduce); with two ranks it is the same one
     /// addition. With more, the library may group the additions unlike its
     /// all-reduce (Open MPI 4.1 did at 4 ranks for 21.8 KB), so the results
-    /// can differ from [`all_reduce`](Self::all_reduce)'s in the last bits.
+    /// can differ from [`all_reduce`](Self::all_reduce)'s in the last bits,
+    /// and between the two ways a piece moves.
     ///
     /// # Errors
     /// As [`all_reduce`](Self::all_reduce): [`Error::Unsupported`] for a
@@ -80,12 +88,16 @@ impl SyncPlan {
 
     /// Copies each rank's slice of the variables ([`partition`](Self::partition))
     /// from that rank to every rank: after each rank updated the parameters
-    /// of its own slice, every rank holds all the updated parameters. One
-    /// `MPI_Allgather` of bytes (any dtype the plan holds), each rank's slice
-    /// padded to the largest slice's bytes. A collective call. The first call
-    /// allocates the buffers (one slice to send, `size` to receive); later
-    /// calls allocate nothing. O(bytes) per rank, plus one all-gather of 16
-    /// bytes per rank for the check and the transport.
+    /// of its own slice, every rank holds all the updated parameters (any
+    /// dtype the plan holds). A piece of at least
+    /// [`PlanOptions::direct_bytes`](super::PlanOptions::direct_bytes) is
+    /// broadcast from its owner in place, in chunks of the bucket (no
+    /// copy); the smaller pieces go through one `MPI_Allgather` of bytes,
+    /// each rank's padded to the largest rank's. A collective call. The
+    /// first call allocates the buffers (`size + 1` blocks of the largest
+    /// rank's small pieces); later calls allocate nothing. O(bytes) per
+    /// rank, of which only the small pieces are copied, plus one all-gather
+    /// of 16 bytes per rank for the check and the transport.
     ///
     /// # Errors
     /// On a rank whose tree changed since the plan, [`Error::Changed`], and
@@ -116,6 +128,6 @@ impl SyncPlan {
             return Ok(()); // nothing to send, on every rank
         }
         let (part, slots) = (&self.partition, &self.slots[..]);
-        self.zero.all_gather(comm, tree, part, slots, block)
+        self.zero.all_gather(comm, tree, part, slots)
     }
 }
