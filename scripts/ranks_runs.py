@@ -24,6 +24,13 @@ The parts (all by default; --only picks some, comma-separated):
 - candle: benches/mpi/candle_bench.rs at 2 ranks: CandlePlan::all_reduce
   of a CandleStore's gradients (the same 300 tensors) against the same raw
   calls;
+- zero: ranks_bench --zero at 2 ranks and at 4 (oversubscribed), over
+  shared memory as the sweep: the ZeRO stage-1 exchange of the same
+  gradients, SyncPlan::reduce_scatter (sum) then SyncPlan::all_gather, of a
+  plan with the default options and of one with direct_bytes(usize::MAX)
+  (direct off: everything through the padded buffers), against raw
+  MPI_Reduce_scatter_block and MPI_Allgather over one flat buffer of the
+  same bytes; the whole exchange and each half;
 - train: examples/train_rnn, default flags, one worker per rank: steps/s at
   1, 2 and 4 ranks (and one process with 2 worker threads, for reference),
   with and without --zero, TRAIN_ROUNDS rounds with the configurations
@@ -36,7 +43,7 @@ run keep what docs/data/ranks.json held for them.
 
 Usage (a quiet machine; Open MPI installed; as root the two
 OMPI_ALLOW_RUN_AS_ROOT variables are set here):
-    python3 scripts/ranks_runs.py [--only sweep,tcp,direct,candle,train]
+    python3 scripts/ranks_runs.py [--only sweep,tcp,direct,candle,zero,train]
         [--rounds ROUNDS] [--train-rounds TRAIN_ROUNDS] [--mb MB] [--out PATH]
 ROUNDS: bench rounds (9); TRAIN_ROUNDS: train_rnn rounds (3); MB: the
 gradients' size (100; a small one for a smoke run); PATH: where the data go
@@ -56,7 +63,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 EXAMPLES = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "release" / "examples"
-PARTS = ["sweep", "tcp", "direct", "candle", "train"]
+PARTS = ["sweep", "tcp", "direct", "candle", "zero", "train"]
 TRANSPORTS = {
     "shm": ["--mca", "pml", "ob1", "--mca", "btl", "self,vader"],
     "tcp": ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"],
@@ -96,6 +103,14 @@ DIGEST = re.compile(r"digest of (\d+) MB: ([\d.]+) ms local \(([\d.]+) ms/MB\), 
                     r"all-gathers; ranges ([\d.]+)–([\d.]+) ms, ([\d.]+)–([\d.]+) ms")
 WATCHDOG = re.compile(r"of 1 MB: ([\d.]+) µs with the watchdog .*?, ([\d.]+) µs without a timeout "
                       r"\(([+-][\d.]+) %\)")
+ZERO_HEAD = re.compile(r"gradients: \d+ f32 tensors, (\d+) MB; (ZeRO exchange, [^;]+);")
+ZERO_LINE = re.compile(
+    rf"^(?P<label>reduce-scatter \+ all-gather|reduce-scatter|all-gather): SyncPlan {SPREAD}; "
+    rf"direct off {SPREAD}; raw MPI over one flat buffer {SPREAD}; "
+    r"ratio to raw ([\d.]+)x, direct off to raw ([\d.]+)x \(rounds: ([\d.]+)–([\d.]+)x, ([\d.]+)–([\d.]+)x\)$",
+    re.M)
+ZERO_HALVES = {"reduce-scatter + all-gather": "exchange", "reduce-scatter": "reduce_scatter",
+               "all-gather": "all_gather"}
 STEPS = re.compile(r"final: .*? ([\d.]+) steps/s over")
 MOMENTS = re.compile(r"optimiser state \(Adam moments\) per rank: ([\d, ]+) bytes")
 
@@ -161,11 +176,42 @@ def parse_bench(text, cmd, ranks, transport):
     return out
 
 
-def bench(example, ranks, args, transport="shm"):
+def parse_zero(text, cmd, ranks, transport):
+    """What one ranks_bench --zero run printed, as data: per half (exchange,
+    reduce_scatter, all_gather) the three configurations' times and the
+    ratios raw / SyncPlan and raw / direct off."""
+    head = ZERO_HEAD.search(text)
+    out = {
+        "ranks": ranks,
+        "transport": transport,
+        "command": " ".join(map(str, cmd)),
+        "load_average_at_start": LOAD.search(text).group(1),
+        "mb": int(head.group(1)),
+        "mode": head.group(2),
+        "halves": {},
+        "output": text,
+    }
+    for m in ZERO_LINE.finditer(text):
+        g = m.groups()
+        out["halves"][ZERO_HALVES[m.group("label")]] = {
+            "syncplan_ms": spread(*g[1:4]),
+            "direct_off_ms": spread(*g[4:7]),
+            "raw_ms": spread(*g[7:10]),
+            "raw_over_syncplan": float(g[10]),
+            "raw_over_direct_off": float(g[11]),
+            "raw_over_syncplan_per_round": [float(g[12]), float(g[13])],
+            "raw_over_direct_off_per_round": [float(g[14]), float(g[15])],
+        }
+    if sorted(out["halves"]) != sorted(ZERO_HALVES.values()):
+        sys.exit(f"missing result lines in the output of {out['command']}:\n{text}")
+    return out
+
+
+def bench(example, ranks, args, transport="shm", parse=parse_bench):
     cmd = mpirun(ranks, EXAMPLES / example, *args, transport=transport)
     record = [c.removeprefix(f"{ROOT}/") for c in cmd]  # paths in the repository, relative
     print("running", " ".join(map(str, record)), file=sys.stderr, flush=True)
-    return parse_bench(run(cmd), record, ranks, transport)
+    return parse(run(cmd), record, ranks, transport)
 
 
 TRAIN = {
@@ -278,6 +324,29 @@ def print_lines(title, part, first):
                   f"{' | '.join(ratios(x))} |")
 
 
+def print_zero(part):
+    runs = part["runs"]
+    print(f"\nThe ZeRO exchange (ranks_bench --zero): SyncPlan::reduce_scatter (sum) then all_gather; "
+          f"{about(part)}; ratios raw / ours (ranges: of the ratios within each round)")
+    for r in runs:
+        print(f"- {r['ranks']} ranks{' (oversubscribed)' if r['ranks'] > 2 else ''}: {r['mb']} MB; {r['mode']}; "
+              f"load average {r['load_average_at_start']} at start; `{r['command']}`")
+    print()
+    head = " | ".join(f"{r['ranks']} ranks: {c}" for r in runs
+                      for c in ("SyncPlan", "direct off", "raw", "raw / SyncPlan", "raw / direct off"))
+    print(f"| part | {head} |")
+    print("|---|" + "---|" * (5 * len(runs)))
+    for key in ZERO_HALVES.values():
+        cols = []
+        for r in runs:
+            x = r["halves"][key]
+            a, b = x["raw_over_syncplan_per_round"], x["raw_over_direct_off_per_round"]
+            cols += [cell(x["syncplan_ms"]), cell(x["direct_off_ms"]), cell(x["raw_ms"]),
+                     f"{x['raw_over_syncplan']:.2f}x ({a[0]:.2f}–{a[1]:.2f})",
+                     f"{x['raw_over_direct_off']:.2f}x ({b[0]:.2f}–{b[1]:.2f})"]
+        print(f"| {key.replace('_', '-')} | {' | '.join(cols)} |")
+
+
 def print_train(part):
     steps = part["steps_per_s"]
     base = steps["1 rank x 1 worker"]["median"]
@@ -304,7 +373,7 @@ def main():
     if unknown:
         sys.exit(f"unknown parts {sorted(unknown)}; the parts are {PARTS}")
 
-    if set(only) & {"sweep", "tcp", "direct", "train"}:
+    if set(only) & {"sweep", "tcp", "direct", "zero", "train"}:
         run(["cargo", "build", "--release", "--features", "mpi",
              "--example", "ranks_bench", "--example", "train_rnn"])
     if "candle" in only:
@@ -333,6 +402,10 @@ def main():
     if "candle" in only:
         part = stamp({}, args.rounds)
         parts["candle"] = dict(part, runs=[bench("candle_bench", 2, bench_args)])
+    if "zero" in only:
+        part = stamp({}, args.rounds)
+        parts["zero"] = dict(part, runs=[bench("ranks_bench", n, [*bench_args, "--zero"], parse=parse_zero)
+                                         for n in (2, 4)])
     if "train" in only:
         part = stamp({}, args.train_rounds)
         parts["train"] = dict(part, **train(args.train_rounds))
@@ -349,6 +422,8 @@ def main():
                     "direct from")
     if "candle" in parts:
         print_lines("CandlePlan::all_reduce (candle_bench)", parts["candle"], "bucket")
+    if "zero" in parts:
+        print_zero(parts["zero"])
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 //! mpirun -np 2 target/release/examples/ranks_bench [MB] [REPS] [TENSORS] [--direct BYTES]
 //! mpirun -np 2 target/release/examples/ranks_bench [MB] [REPS] [TENSORS] --direct-sweep
 //! mpirun -np 2 target/release/examples/ranks_bench [MB] [REPS] [TENSORS] --pairs-sweep
+//! mpirun -np 2 target/release/examples/ranks_bench [MB] [REPS] [TENSORS] --zero [--direct BYTES]
 //! mpirun -np 2 --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
 //!     target/release/examples/ranks_bench   # MPI's TCP transport over loopback
 //! ```
@@ -26,6 +27,31 @@
 //!   [`DEFAULT_DIRECT_BYTES`]) sent from their own buffers, and with none
 //!   (`off`), against the same raw calls; one line per threshold, the
 //!   default's ending with `default`. Nothing else runs then.
+//! - `--pairs-sweep` instead: with every variable fused (direct off),
+//!   buckets of 1 and 25 MiB with 1, 2, 4 and 8 bucket buffer pairs,
+//!   against raw chunks of the bucket. Nothing else runs then.
+//! - `--zero` instead: the ZeRO stage-1 exchange of the same gradients,
+//!   [`SyncPlan::reduce_scatter`] (sum) then [`SyncPlan::all_gather`], of a
+//!   plan with `PlanOptions::new()` (with `--direct BYTES`,
+//!   `.direct_bytes(BYTES)`), of one with `.direct_bytes(usize::MAX)`
+//!   (`direct off`: every piece through the padded buffers), and raw MPI
+//!   over one flat `f32` buffer of the same bytes: one
+//!   `MPI_Reduce_scatter_block` (sum) of `size × block` elements (`block`
+//!   = ⌈elements / size⌉) into one block, then one `MPI_Allgather` of a
+//!   block's bytes into `size × block`'s. Each of the three is timed as the
+//!   whole exchange (both calls in one timing) and, as separate
+//!   configurations, each half alone: nine configurations a round. Before
+//!   each of the plans' runs (untimed) every element is set back to 0.5,
+//!   so that sums do not grow over the rounds. After the warm-up round
+//!   both plans run the exchange once from 0.5 everywhere, and every
+//!   element of both trees must be 0.5 × ranks (exact in `f32`) and the
+//!   two trees bit-identical, else the run ends (`MPI_Abort`). Three
+//!   lines, labels `reduce-scatter + all-gather`, `reduce-scatter` and
+//!   `all-gather`, each as `LABEL: SyncPlan 40.1 ms (38.2–43.0); direct off
+//!   80.3 ms (…); raw MPI over one flat buffer 70.2 ms (…); ratio to raw
+//!   1.75x, direct off to raw 0.87x (rounds: 1.60–1.90x, 0.80–0.95x)`: the
+//!   ratios are raw / SyncPlan and raw / direct off (above 1: faster than
+//!   raw). Nothing else runs then.
 //! - Otherwise also the consistency digest's cost per MB (local hashing,
 //!   and the whole check with its all-gathers), and the watchdog's cost:
 //!   [`SyncPlan::all_reduce`] of 1 MB (one tensor) with the default timeout
@@ -44,18 +70,19 @@
 #[path = "rounds.rs"]
 mod rounds;
 
+use mpi::collective::SystemOperation;
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::Communicator;
+use mpi::traits::{Communicator, CommunicatorCollectives};
 use scopetree::checkpoint::Tensor;
 use scopetree::ranks::{
     DEFAULT_BUCKET_BUFFERS, DEFAULT_BUCKET_BYTES, DEFAULT_DIRECT_BYTES, PlanOptions, Reduce,
     SyncPlan,
 };
-use scopetree::{ScopeId, ScopeTree};
+use scopetree::{ScopeId, ScopeTree, VarId};
 
 use rounds::{
-    RawMpi, Spread, bytes_label, compare_line, load_average, once, order, sizes, take_bytes_flag,
-    whole_line,
+    RawMpi, Spread, bytes_label, compare_line, load_average, once, order, per_round, sizes,
+    take_bytes_flag, whole_line,
 };
 
 /// The bucket sizes of the sweep, in MiB.
@@ -274,6 +301,173 @@ fn pairs_sweep(b: &mut Bench, mb: usize) {
     }
 }
 
+/// The parts of the ZeRO exchange that `--zero` times, with their labels.
+const HALVES: [(Half, &str); 3] = [
+    (Half::Both, "reduce-scatter + all-gather"),
+    (Half::Scatter, "reduce-scatter"),
+    (Half::Gather, "all-gather"),
+];
+
+/// A part of the ZeRO exchange.
+#[derive(Clone, Copy)]
+enum Half {
+    /// The reduce-scatter then the all-gather, in one timing.
+    Both,
+    /// The reduce-scatter (sum) alone.
+    Scatter,
+    /// The all-gather alone.
+    Gather,
+}
+
+/// Raw MPI over a flat `f32` buffer of the gradients' bytes: what a plan's
+/// ZeRO exchange is measured against, with no copies.
+struct RawZero {
+    /// `size` blocks to reduce-scatter.
+    send: Vec<f32>,
+    /// This rank's reduced block.
+    block: Vec<f32>,
+    /// A block's bytes to all-gather, and every rank's.
+    mine: Vec<u8>,
+    all: Vec<u8>,
+}
+
+impl RawZero {
+    /// Buffers for `total` elements over `size` ranks: blocks of
+    /// ⌈total / size⌉ elements.
+    fn new(total: usize, size: usize) -> Self {
+        let block = total.div_ceil(size);
+        RawZero {
+            send: vec![0.5; block * size],
+            block: vec![0.0; block],
+            mine: vec![0; block * 4],
+            all: vec![0; block * 4 * size],
+        }
+    }
+
+    /// The part `half` of the exchange: one `MPI_Reduce_scatter_block`
+    /// (sum), one `MPI_Allgather` of bytes, or both.
+    fn run(&mut self, world: &SimpleCommunicator, half: Half) {
+        if matches!(half, Half::Both | Half::Scatter) {
+            let sum = SystemOperation::sum();
+            world.reduce_scatter_block_into(&self.send[..], &mut self.block[..], sum);
+        }
+        if matches!(half, Half::Both | Half::Gather) {
+            world.all_gather_into(&self.mine[..], &mut self.all[..]);
+        }
+    }
+}
+
+/// Sets every element of `vars` (the gradients) back to 0.5.
+fn reset(tree: &mut ScopeTree, vars: &[VarId]) {
+    for &v in vars {
+        tree.get_mut::<Tensor<f32>>(v).unwrap().data_mut().fill(0.5);
+    }
+}
+
+/// The part `half` of the ZeRO exchange of `plan` (sum), with every
+/// element set to 0.5 first, untimed; the slowest rank's time.
+fn zero_run(b: &mut Bench, vars: &[VarId], plan: &mut SyncPlan, half: Half) -> f64 {
+    reset(&mut b.tree, vars);
+    let (world, tree) = (&b.world, &mut b.tree);
+    once(world, || {
+        if matches!(half, Half::Both | Half::Scatter) {
+            plan.reduce_scatter(world, tree, Reduce::Sum).unwrap();
+        }
+        if matches!(half, Half::Both | Half::Gather) {
+            plan.all_gather(world, tree).unwrap();
+        }
+    })
+}
+
+/// Checks the exchange of both `plans` from 0.5 everywhere: every element
+/// 0.5 × ranks after each, the two bit-identical. Ends the run
+/// (`MPI_Abort`) on a wrong value.
+fn zero_check(b: &mut Bench, vars: &[VarId], plans: &mut [SyncPlan; 2]) {
+    let want = 0.5 * b.world.size() as f32;
+    let mut first: Vec<Vec<u32>> = Vec::new();
+    for (p, plan) in plans.iter_mut().enumerate() {
+        zero_run(b, vars, plan, Half::Both);
+        for (i, &v) in vars.iter().enumerate() {
+            let data = b.tree.get::<Tensor<f32>>(v).unwrap().data();
+            let wrong = match first.get(i) {
+                _ if data.iter().any(|&x| x != want) => Some(format!("an element is not {want}")),
+                Some(bits) if !data.iter().map(|x| x.to_bits()).eq(bits.iter().copied()) => {
+                    Some("the plans' values differ".to_owned())
+                }
+                _ => None,
+            };
+            if let Some(what) = wrong {
+                eprintln!(
+                    "ranks_bench --zero: rank {}, plan {p}, variable {i}: {what}",
+                    b.world.rank()
+                );
+                b.world.abort(3);
+            }
+            if p == 0 {
+                first.push(data.iter().map(|x| x.to_bits()).collect());
+            }
+        }
+    }
+}
+
+/// The ZeRO exchange: the plan with the default direct threshold (or
+/// `direct`), the plan with direct off and raw MPI over one flat buffer,
+/// each timed whole and by halves, all in the same rounds; the two plans'
+/// results checked after the warm-up round.
+fn zero(b: &mut Bench, total: usize, direct: Option<usize>) {
+    let vars: Vec<VarId> = b
+        .tree
+        .local_vars(b.grads)
+        .unwrap()
+        .map(|(_, v)| v)
+        .collect();
+    let ours = PlanOptions::new();
+    let ours = match direct {
+        Some(d) => ours.direct_bytes(d),
+        None => ours,
+    };
+    let mut plans = [
+        b.plan(&ours),
+        b.plan(&PlanOptions::new().direct_bytes(usize::MAX)),
+    ];
+    let mut raw = RawZero::new(total, b.world.size() as usize);
+    // Configuration c: half c % 3 of plan 0, plan 1 or raw MPI (c / 3 = 2).
+    let mut times: Vec<Vec<f64>> = (0..9).map(|_| Vec::with_capacity(b.reps)).collect();
+    for round in 0..=b.reps {
+        for c in order(9, round) {
+            let half = HALVES[c % 3].0;
+            let t = match c / 3 {
+                2 => once(&b.world, || raw.run(&b.world, half)),
+                p => zero_run(b, &vars, &mut plans[p], half),
+            };
+            if round > 0 {
+                times[c].push(t);
+            }
+        }
+        if round == 0 {
+            zero_check(b, &vars, &mut plans);
+        }
+    }
+    if b.world.rank() != 0 {
+        return;
+    }
+    for (h, (_, label)) in HALVES.iter().enumerate() {
+        let (ours, off, raw) = (&times[h], &times[3 + h], &times[6 + h]);
+        let (o, f, r) = (Spread::of(ours), Spread::of(off), Spread::of(raw));
+        println!(
+            "{label}: SyncPlan {}; direct off {}; raw MPI over one flat buffer {}; ratio to raw \
+             {:.2}x, direct off to raw {:.2}x (rounds: {}, {})",
+            o.ms(),
+            f.ms(),
+            r.ms(),
+            r.median / o.median,
+            r.median / f.median,
+            Spread::of(&per_round(raw, ours)).range_x(),
+            Spread::of(&per_round(raw, off)).range_x(),
+        );
+    }
+}
+
 /// The consistency digest's cost: local hashing, and the whole check.
 fn digest(b: &mut Bench, mb: usize) {
     let mut plan = b.plan(&PlanOptions::new());
@@ -369,8 +563,19 @@ fn main() {
         }
         None => false,
     };
+    let zero_mode = match args.iter().position(|a| a == "--zero") {
+        Some(i) => {
+            args.remove(i);
+            true
+        }
+        None => false,
+    };
     if sweep_direct && direct.is_some() {
         eprintln!("--direct-sweep sweeps the direct threshold itself: leave out --direct");
+        std::process::exit(2);
+    }
+    if zero_mode && (sweep_direct || sweep_pairs) {
+        eprintln!("--zero runs alone: leave out --direct-sweep and --pairs-sweep");
         std::process::exit(2);
     }
     let mb: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100);
@@ -390,7 +595,9 @@ fn main() {
                 bytes_label(DEFAULT_DIRECT_BYTES)
             ),
         };
-        let mode = if sweep_pairs {
+        let mode = if zero_mode {
+            format!("ZeRO exchange, {direct}")
+        } else if sweep_pairs {
             "pairs sweep, direct off".to_owned()
         } else if sweep_direct {
             format!(
@@ -412,9 +619,13 @@ fn main() {
         world,
         tree,
         grads,
-        raw: RawMpi::new(total),
+        raw: RawMpi::new(if zero_mode { 0 } else { total }),
         reps,
     };
+    if zero_mode {
+        zero(&mut bench, total, direct);
+        return;
+    }
     if sweep_direct {
         direct_sweep(&mut bench, mb);
         return;
