@@ -22,6 +22,7 @@ The parts (all by default; --only picks some, comma-separated):
   variables of at least 16 KiB ... 4 MiB sent from their own buffers, or
   none (off), against the same raw calls;
 - candle: benches/mpi/candle_bench.rs at 2 ranks: CandlePlan::all_reduce
+  and CandlePlan::all_reduce_in_place
   of a CandleStore's gradients (the same 300 tensors) against the same raw
   calls;
 - zero: ranks_bench --zero at 2 ranks and at 4 (oversubscribed), over
@@ -320,6 +321,8 @@ def print_lines(title, part, first):
             label = x["label"].removeprefix("direct ").removeprefix("from ").removeprefix("bucket of ")
             if x["default"]:
                 label = f"**{label}**"
+            if x["name"] != r["lines"][0]["name"]:
+                label = f"{label}, {x['name']}"
             print(f"| {label} | {x['calls']} | {cell(x['ms'])} | {cell(x['raw_chunks_ms'])} | "
                   f"{' | '.join(ratios(x))} |")
 

@@ -1,8 +1,13 @@
 //! `ranks::CandlePlan` in one process (features `candle`): a world of one
 //! rank leaves a training run bit-identical, gradients that do not fit
 //! their variable stop the call with nothing changed, frozen variables stay
-//! out, checkpoints round-trip. The multi-rank checks are in
-//! `tests/ranks_mpi_candle.rs`, run under `mpirun`.
+//! out, checkpoints round-trip; `all_reduce_in_place` gives
+//! `all_reduce`'s sums in the gradients' own storage at 1 to 3 ranks run
+//! as threads, and leaves shared storages alone. The multi-rank checks
+//! over MPI are in `tests/ranks_mpi_candle.rs`, run under `mpirun`.
+
+#[path = "support/thread_world.rs"]
+mod thread_world;
 
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Module, Tensor};
@@ -520,5 +525,133 @@ fn shards_saved_as_bf16_hold_bf16_floats_without_checksums() -> R {
         .unwrap_err();
     assert!(err.to_string().contains("fc.weight"), "{err}");
     assert_eq!(held(&store)?, before);
+    Ok(())
+}
+
+/// The gradients of `store`'s variables for `rank`'s loss: `w` × a matrix
+/// of the rank's, plus `v` × a vector of the rank's.
+fn rank_grads(w: &Tensor, v: &Tensor, rank: usize) -> Result<GradStore, candle_core::Error> {
+    let r = rank as f32;
+    let cw = Tensor::new(&[[1.0_f32 + r, 2.0, 3.0], [4.0, 5.0 * r, 6.0]], &CPU)?;
+    let cv = Tensor::new(&[7.0_f64, 8.0 + r as f64, 9.0, 10.0, 11.0], &CPU)?;
+    (w.mul(&cw)?.sum_all()? + v.mul(&cv)?.sum_all()?.to_dtype(DType::F32)?)?.backward()
+}
+
+#[test]
+fn in_place_gives_the_same_sums_as_new_tensors_in_the_gradients_own_storage() -> R {
+    for n in 1..=3 {
+        // Every gradient from its own storage (direct from 4 bytes), in
+        // buckets of 8 bytes, and every gradient fused (the default).
+        for opts in [
+            PlanOptions::new().direct_bytes(4).bucket_bytes(8),
+            PlanOptions::new(),
+        ] {
+            let out = thread_world::run(n, |world| -> Result<_, String> {
+                let e = |x: &dyn std::fmt::Display| x.to_string();
+                let store = CandleStore::new();
+                let w = store
+                    .get((2, 3), "a.w", Init::Const(1.0), DType::F32, &CPU)
+                    .map_err(|x| e(&x))?;
+                let v = store
+                    .get(5, "b.v", Init::Const(1.0), DType::F64, &CPU)
+                    .map_err(|x| e(&x))?;
+                let mut plan = CandlePlan::new(world, &store, &opts).map_err(|x| e(&x))?;
+                let mut got = Vec::new();
+                for op in [Reduce::Sum, Reduce::Mean] {
+                    let me = world.rank();
+                    let mut new = rank_grads(&w, &v, me).map_err(|x| e(&x))?;
+                    plan.all_reduce(world, &mut new, op).map_err(|x| e(&x))?;
+                    let mut inplace = rank_grads(&w, &v, me).map_err(|x| e(&x))?;
+                    let before = inplace.get(&w).expect("a gradient").clone();
+                    plan.all_reduce_in_place(world, &mut inplace, op)
+                        .map_err(|x| e(&x))?;
+                    let flat = |g: &GradStore| -> Result<(Vec<f32>, Vec<f64>), String> {
+                        let gw = g.get(&w).expect("w's gradient").flatten_all();
+                        let gv = g.get(&v).expect("v's gradient");
+                        Ok((
+                            gw.and_then(|t| t.to_vec1()).map_err(|x| e(&x))?,
+                            gv.to_vec1().map_err(|x| e(&x))?,
+                        ))
+                    };
+                    let (a, b) = (flat(&new)?, flat(&inplace)?);
+                    let seen: Vec<f32> = before
+                        .flatten_all()
+                        .and_then(|t| t.to_vec1())
+                        .map_err(|x| e(&x))?;
+                    got.push((a, b, seen));
+                }
+                Ok(got)
+            });
+            for (rank, got) in out.into_iter().enumerate() {
+                let got = got?;
+                for (((aw, av), (bw, bv), seen), op) in got.into_iter().zip(["sum", "mean"]) {
+                    let what = format!("{n} ranks, rank {rank}, {op}, {opts:?}");
+                    let bits = |x: &[f32]| x.iter().map(|y| y.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&aw), bits(&bw), "{what}: w");
+                    assert_eq!(
+                        av.iter().map(|y| y.to_bits()).collect::<Vec<_>>(),
+                        bv.iter().map(|y| y.to_bits()).collect::<Vec<_>>(),
+                        "{what}: v"
+                    );
+                    // In place: a clone taken before the call sees the
+                    // sums, when the gradient went from its own storage;
+                    // fused, it keeps its values (with one rank the sums
+                    // are the values, and rank 1's values are the means).
+                    if opts.direct_bytes_value() == 4 && n > 1 {
+                        assert_eq!(bits(&seen), bits(&bw), "{what}: in place");
+                    } else if n > 1 && op == "sum" {
+                        assert_ne!(bits(&seen), bits(&bw), "{what}: fused, a new tensor");
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn in_place_writes_no_gradient_in_place_when_two_share_a_storage() -> R {
+    let out = thread_world::run(2, |world| -> Result<_, String> {
+        let e = |x: &dyn std::fmt::Display| x.to_string();
+        let store = CandleStore::new();
+        let a = store
+            .get((2, 3), "a", Init::Const(1.0), DType::F32, &CPU)
+            .map_err(|x| e(&x))?;
+        let b = store
+            .get((2, 3), "b", Init::Const(1.0), DType::F32, &CPU)
+            .map_err(|x| e(&x))?;
+        let opts = PlanOptions::new().direct_bytes(4);
+        let mut plan = CandlePlan::new(world, &store, &opts).map_err(|x| e(&x))?;
+        // One tensor is the gradient of both variables.
+        let r = world.rank() as f32 + 1.0;
+        let shared =
+            Tensor::new(&[[r, 2.0 * r, 3.0], [4.0, 5.0, 6.0 * r]], &CPU).map_err(|x| e(&x))?;
+        let mut grads = (a.sum_all().map_err(|x| e(&x))? + b.sum_all().map_err(|x| e(&x))?)
+            .and_then(|l| l.backward())
+            .map_err(|x| e(&x))?;
+        grads.insert(&a, shared.clone());
+        grads.insert(&b, shared.clone());
+        plan.all_reduce_in_place(world, &mut grads, Reduce::Sum)
+            .map_err(|x| e(&x))?;
+        let get = |v: &Tensor| -> Result<Vec<Vec<f32>>, String> {
+            let t = grads.get(v).expect("a gradient");
+            t.to_vec2().map_err(|x| e(&x))
+        };
+        let kept = shared.to_vec2::<f32>().map_err(|x| e(&x))?;
+        Ok((get(&a)?, get(&b)?, kept))
+    });
+    // Ranks 1 and 2 (r = 1, 2): the sum of r·x and of x.
+    let want = vec![vec![3.0_f32, 6.0, 6.0], vec![8.0, 10.0, 18.0]];
+    for (rank, got) in out.into_iter().enumerate() {
+        let (ga, gb, kept) = got?;
+        assert_eq!(ga, want, "rank {rank}: a");
+        assert_eq!(gb, want, "rank {rank}: b");
+        let r = rank as f32 + 1.0;
+        assert_eq!(
+            kept[0],
+            [r, 2.0 * r, 3.0],
+            "rank {rank}: the shared tensor is untouched"
+        );
+    }
     Ok(())
 }

@@ -152,8 +152,14 @@ fn agreement_mismatch_gives_every_rank_the_same_error(world: &World) -> Check {
 }
 
 fn reduce_is_exact(world: &World, bucket: usize) -> Check {
+    reduce_is_exact_with(world, PlanOptions::new().bucket_bytes(bucket), false)
+}
+
+/// The exactness check of the plan built with `opts`, through
+/// `all_reduce_in_place` when `in_place`.
+fn reduce_is_exact_with(world: &World, opts: PlanOptions, in_place: bool) -> Check {
+    let bucket = opts.bucket_bytes_value();
     let m = Model::new(1.0, (2, 3));
-    let opts = PlanOptions::new().bucket_bytes(bucket);
     let mut plan = CandlePlan::new(world, &m.store, &opts).map_err(fail)?;
     let n = world.size();
     // Σ_r (r + 1) = n (n + 1) / 2.
@@ -161,7 +167,11 @@ fn reduce_is_exact(world: &World, bucket: usize) -> Check {
     let mut reduced = Vec::new();
     for op in [Reduce::Sum, Reduce::Mean] {
         let mut grads = m.grads(world.rank()).map_err(fail)?;
-        let done = plan.all_reduce(world, &mut grads, op);
+        let done = if in_place {
+            plan.all_reduce_in_place(world, &mut grads, op)
+        } else {
+            plan.all_reduce(world, &mut grads, op)
+        };
         reduced.push((op, grads, done));
     }
     for (op, grads, done) in reduced {
@@ -214,6 +224,17 @@ fn all_reduce_sum_and_mean_are_exact_with_the_default_bucket(world: &World) -> C
 
 fn all_reduce_is_exact_with_buckets_that_split_variables(world: &World) -> Check {
     reduce_is_exact(world, 8)
+}
+
+/// In place, every gradient from its own storage (direct from 1 byte), in
+/// buckets that split the variables and in the default ones; rank 0's
+/// gradient of `c.some` is written in place there, the others' made anew.
+fn all_reduce_in_place_is_exact(world: &World) -> Check {
+    for bucket in [8, scopetree::ranks::DEFAULT_BUCKET_BYTES] {
+        let opts = PlanOptions::new().bucket_bytes(bucket).direct_bytes(1);
+        reduce_is_exact_with(world, opts, true)?;
+    }
+    Ok(())
 }
 
 fn broadcast_makes_every_rank_hold_the_roots_values(world: &World) -> Check {
@@ -515,6 +536,7 @@ fn main() -> ExitCode {
             "all_reduce_sum_and_mean_are_exact_with_the_default_bucket",
             all_reduce_sum_and_mean_are_exact_with_the_default_bucket,
         ),
+        ("all_reduce_in_place_is_exact", all_reduce_in_place_is_exact),
         (
             "all_reduce_is_exact_with_buckets_that_split_variables",
             all_reduce_is_exact_with_buckets_that_split_variables,

@@ -13,7 +13,9 @@
 //!   `GradStore` gets back those gradients (as after a new `backward`), out
 //!   of the timed span.
 //! - Each round times, in an order shuffled anew each round:
-//!   [`CandlePlan::all_reduce`] (sum) with the plan's bucket
+//!   [`CandlePlan::all_reduce`] (sum) and
+//!   [`CandlePlan::all_reduce_in_place`] (sum, on gradients of its own)
+//!   with the plan's bucket
 //!   ([`DEFAULT_BUCKET_BYTES`] unless `--bucket`; `--direct` sets
 //!   [`PlanOptions::direct_bytes`], `off` for none), raw `MPI_Allreduce`s of
 //!   a flat buffer of the same bytes in chunks of the bucket, and one raw
@@ -111,7 +113,19 @@ fn main() {
         .iter()
         .map(|v| Tensor::full(GRAD, v.dims(), &Device::Cpu).unwrap())
         .collect();
+    // The in-place call's own plan (a plan's spares go to the tensors
+    // `all_reduce` makes, and come back from the gradients that
+    // `all_reduce_in_place` writes into: one plan for both would have each
+    // call find the other's leftovers) and gradients (it writes into their
+    // storage).
+    let mut plan_in_place = CandlePlan::new(&world, &store, &opts).unwrap();
+    let fresh_in_place: Vec<Tensor> = plan
+        .vars()
+        .iter()
+        .map(|v| Tensor::full(GRAD, v.dims(), &Device::Cpu).unwrap())
+        .collect();
     let mut grads = GradStore::default();
+    let mut grads_in_place = GradStore::default();
     let mut raw = RawMpi::new(total);
     if world.rank() == 0 {
         let label = |bytes: usize, default: usize| {
@@ -136,17 +150,26 @@ fn main() {
         println!("load average at start: {load}");
     }
 
-    // 0: one raw call, 1: raw chunks of the bucket, 2: the plan.
-    let mut times: Vec<Vec<f64>> = (0..3).map(|_| Vec::with_capacity(reps)).collect();
+    // 0: one raw call, 1: raw chunks of the bucket, 2: the plan, 3: the
+    // plan in place.
+    let mut times: Vec<Vec<f64>> = (0..4).map(|_| Vec::with_capacity(reps)).collect();
     for round in 0..=reps {
-        for i in order(3, round) {
+        for i in order(4, round) {
             let t = match i {
                 0 => once(&world, || raw.whole(&world)),
                 1 => once(&world, || raw.chunks(&world, bucket_bytes)),
-                _ => {
+                2 => {
                     refill(&mut grads, &plan, &fresh);
                     once(&world, || {
                         plan.all_reduce(&world, &mut grads, Reduce::Sum).unwrap();
+                    })
+                }
+                _ => {
+                    refill(&mut grads_in_place, &plan, &fresh_in_place);
+                    once(&world, || {
+                        plan_in_place
+                            .all_reduce_in_place(&world, &mut grads_in_place, Reduce::Sum)
+                            .unwrap();
                     })
                 }
             };
@@ -156,31 +179,38 @@ fn main() {
         }
         if round == 0 && world.rank() == 0 {
             let want = GRAD * world.size() as f32;
-            let got = firsts(&grads, &plan);
-            assert!(
-                got.iter().all(|&x| x == want),
-                "reduced gradients {got:?}, want {want}"
-            );
+            for g in [&grads, &grads_in_place] {
+                let got = firsts(g, &plan);
+                assert!(
+                    got.iter().all(|&x| x == want),
+                    "reduced gradients {got:?}, want {want}"
+                );
+            }
         }
     }
     if world.rank() == 0 {
         println!("{}", whole_line(mb, &times[0]));
-        println!(
-            "{}{}",
-            compare_line(
-                &format!("bucket of {}", bytes_label(bucket_bytes)),
-                plan.reduce_buckets(),
-                "CandlePlan::all_reduce",
-                &times[2],
-                &times[1],
-                bucket_bytes,
-                &times[0],
-            ),
-            if bucket_bytes == DEFAULT_BUCKET_BYTES {
-                "; default"
-            } else {
-                ""
-            }
-        );
+        for (name, ours) in [
+            ("CandlePlan::all_reduce", &times[2]),
+            ("CandlePlan::all_reduce_in_place", &times[3]),
+        ] {
+            println!(
+                "{}{}",
+                compare_line(
+                    &format!("bucket of {}", bytes_label(bucket_bytes)),
+                    plan.reduce_buckets(),
+                    name,
+                    ours,
+                    &times[1],
+                    bucket_bytes,
+                    &times[0],
+                ),
+                if bucket_bytes == DEFAULT_BUCKET_BYTES {
+                    "; default"
+                } else {
+                    ""
+                }
+            );
+        }
     }
 }

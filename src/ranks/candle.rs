@@ -14,6 +14,7 @@ use candle_core::{CpuStorage, DType, Device, Storage, Tensor, Var};
 
 use super::agree::{Same, settle, show_count, start};
 use super::bucketed::{Lane, broadcast_values};
+use super::candle_in_place::{SwapIn, all_distinct, storage_at};
 use super::checkpoint::header_fits;
 use super::checksum::{VarHash, digest_of_hashes, hash_bytes};
 use super::collective::{Collective, Digest, check_root};
@@ -85,6 +86,12 @@ pub struct CandlePlan {
     /// The tensors one call reads, one per variable (`None`: zeros);
     /// emptied after each call, its capacity kept.
     sources: Vec<Option<Tensor>>,
+    /// Per variable, whether this call's source is the gradient itself
+    /// (a contiguous CPU tensor): the ones [`all_reduce_in_place`]
+    /// (Self::all_reduce_in_place) may write into.
+    own: Vec<bool>,
+    /// Scratch for the in-place call's check that no two storages alias.
+    starts: Vec<usize>,
     /// How many ranks hold a gradient of each variable: sent, and summed.
     present: Vec<f64>,
     present_sum: Vec<f64>,
@@ -186,6 +193,9 @@ struct Host<'a> {
     keys: &'a [ManifestEntry],
     sources: &'a [Option<Tensor>],
     out: &'a mut [Option<Out>],
+    /// Per variable, whether its source is the gradient itself, whose
+    /// storage may take the reduced elements in place (empty: none may).
+    in_place: &'a [bool],
 }
 
 impl Values for Host<'_> {
@@ -223,11 +233,25 @@ impl Direct for Host<'_> {
         }
     }
 
-    /// The reduced elements become the variable's result as they are: the
-    /// tensor is made from the buffer without a copy (`Tensor::from_vec`).
+    /// The reduced elements become the variable's result as they are:
+    /// swapped into the gradient's own storage (in place, when allowed and
+    /// the gradient is all of its storage; the spare takes the old
+    /// elements), or made a tensor without a copy (`Tensor::from_vec`).
     fn adopt(&mut self, var: usize, spare: &mut dyn Any) -> Result<(), Error> {
-        let Some(out) = &mut self.out[var] else {
+        if self.out[var].is_none() {
             return Ok(()); // no rank has a gradient of it: nothing kept
+        }
+        if let (Some(true), Some(t)) = (self.in_place.get(var), &self.sources[var]) {
+            let swapped = SwapIn::new(&mut *spare)
+                .into(t)
+                .map_err(|e| candle(&self.keys[var].key, e))?;
+            if swapped {
+                self.out[var] = None; // the gradient holds the sums
+                return Ok(());
+            }
+        }
+        let Some(out) = &mut self.out[var] else {
+            return Ok(());
         };
         if let Some(v) = spare.downcast_mut::<Vec<f32>>() {
             *out = Out::F32(std::mem::take(v));
@@ -294,6 +318,8 @@ impl CandlePlan {
             byte_cap: opts.cap(1),
             digests: vec![0; vars.len()],
             sources: Vec::with_capacity(vars.len()),
+            own: Vec::with_capacity(vars.len()),
+            starts: Vec::new(),
             present: vec![0.0; vars.len()],
             present_sum: vec![0.0; vars.len()],
             manifest,
@@ -447,6 +473,7 @@ impl CandlePlan {
                 keys: self.manifest.entries(),
                 sources: &self.sources,
                 out: &mut out,
+                in_place: &[],
             };
             let nbytes = self.nbytes.iter().copied();
             broadcast_values(comm, root, nbytes, self.byte_cap, &mut host)?;
@@ -511,6 +538,81 @@ impl CandlePlan {
         grads: &mut GradStore,
         op: Reduce,
     ) -> Result<(), Error> {
+        self.reduce_gradients(comm, grads, op, false)
+    }
+
+    /// As [`all_reduce`](Self::all_reduce), but each gradient of at least
+    /// [`PlanOptions::direct_bytes`] that is all of its own CPU storage
+    /// (contiguous, as `backward` makes them) takes the reduced elements in
+    /// place, as PyTorch's DDP writes its gradients: the plan's spare
+    /// buffer is swapped into the tensor's storage by a candle in-place
+    /// op, and the tensor's old buffer becomes the spare for the next call.
+    /// No copy, no new tensor and no zeroed buffer for those gradients,
+    /// where [`all_reduce`](Self::all_reduce) makes a new tensor per
+    /// gradient; the others are handled as there. The sums are the same,
+    /// bit for bit.
+    ///
+    /// In place means shared: every clone or view of such a gradient
+    /// tensor (taken before the call) sees the reduced elements. When two
+    /// of the gradients, or a gradient and a variable, share a storage,
+    /// the call writes no gradient in place (it makes new tensors, as
+    /// [`all_reduce`](Self::all_reduce)). O(bytes) per rank for the fused
+    /// variables' copies, O(variables × log variables) for that check,
+    /// plus the transport.
+    ///
+    /// # Errors
+    /// As [`all_reduce`](Self::all_reduce); should candle refuse the
+    /// in-place op after the exchange ([`Error::Candle`]), the gradients
+    /// reduced before it on that rank keep their sums.
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, Reduce, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// let w = store.get(3, "w", candle_nn::Init::Const(2.0), DType::F32, &Device::Cpu)?;
+    /// let opts = PlanOptions::new().direct_bytes(4); // `w` (12 bytes) from its own buffer
+    /// let mut plan = CandlePlan::new(&SingleProcess, &store, &opts)?;
+    /// let mut grads = w.sqr()?.sum_all()?.backward()?;
+    /// plan.all_reduce_in_place(&SingleProcess, &mut grads, Reduce::Mean)?;
+    /// assert_eq!(grads.get(&w).expect("a gradient").to_vec1::<f32>()?, [4.0; 3]); // one rank
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn all_reduce_in_place<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        grads: &mut GradStore,
+        op: Reduce,
+    ) -> Result<(), Error> {
+        self.reduce_gradients(comm, grads, op, true)
+    }
+
+    /// Marks in `own` the gradients that an in-place call may write into:
+    /// sent from their own buffers, and of storages that no other gradient
+    /// or variable of the plan shares (else none). O(variables × log).
+    fn mark_in_place(&mut self) {
+        let direct = |i: usize| self.f32s.is_direct(i) || self.f64s.is_direct(i);
+        for (i, own) in self.own.iter_mut().enumerate() {
+            *own = *own && direct(i);
+        }
+        self.starts.clear();
+        let grads = (self.sources.iter().zip(&self.own))
+            .filter(|&(_, &own)| own)
+            .filter_map(|(t, _)| t.as_ref());
+        let vars = self.vars.iter().map(|v| v.as_tensor());
+        self.starts.extend(grads.chain(vars).filter_map(storage_at));
+        if !all_distinct(&mut self.starts) {
+            self.own.fill(false);
+        }
+    }
+
+    /// [`all_reduce`](Self::all_reduce), in place or not.
+    fn reduce_gradients<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        grads: &mut GradStore,
+        op: Reduce,
+        in_place: bool,
+    ) -> Result<(), Error> {
         let _watch = self.watch(comm, "all-reduce");
         let local = self.gradients(grads);
         let done = settle(
@@ -522,6 +624,9 @@ impl CandlePlan {
         );
         let done = done.and_then(|()| {
             comm.all_reduce_sum_f64(&self.present, &mut self.present_sum)?;
+            if in_place {
+                self.mark_in_place();
+            }
             // Buffers only for the variables some rank has a gradient of;
             // those sent from their own buffers get theirs from the reduce.
             let direct = |i: usize| self.f32s.is_direct(i) || self.f64s.is_direct(i);
@@ -541,6 +646,7 @@ impl CandlePlan {
                 keys: self.manifest.entries(),
                 sources: &self.sources,
                 out: &mut out,
+                in_place: if in_place { &self.own } else { &[] },
             };
             self.f32s.reduce(comm, &mut host, op)?;
             self.f64s.reduce(comm, &mut host, op)?;
@@ -568,6 +674,7 @@ impl CandlePlan {
     /// gradient has its variable's dtype and shape.
     fn gradients(&mut self, grads: &GradStore) -> Result<(), Error> {
         self.sources.clear();
+        self.own.clear();
         for ((v, e), p) in self
             .vars
             .iter()
@@ -578,6 +685,7 @@ impl CandlePlan {
             *p = if g.is_some() { 1.0 } else { 0.0 };
             let Some(g) = g else {
                 self.sources.push(None);
+                self.own.push(false);
                 continue;
             };
             if g.dtype() != v.dtype() || g.dims() != v.dims() {
@@ -593,6 +701,7 @@ impl CandlePlan {
                     ),
                 });
             }
+            self.own.push(g.device().is_cpu() && g.is_contiguous());
             self.sources
                 .push(Some(on_host(g).map_err(|err| candle(&e.key, err))?));
         }

@@ -64,6 +64,7 @@
 //! | `manager.rs` | [`CheckpointManager`]: a step per directory, the latest pointer, keep-last-K |
 //! | `async_save.rs` | [`AsyncSaver`]: saves written by a background thread beside training |
 //! | `candle.rs` | `CandlePlan` (feature `candle`) |
+//! | `candle_in_place.rs` | the in-place swap of `CandlePlan::all_reduce_in_place` |
 //! | `candle_shards.rs` | `CandlePlan`'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
 //!
 //! Synchronised values are `Vec`, `Box<[_]>` and
@@ -103,6 +104,8 @@ mod bucketed;
 mod buckets;
 #[cfg(feature = "candle")]
 mod candle;
+#[cfg(feature = "candle")]
+mod candle_in_place;
 #[cfg(feature = "candle")]
 mod candle_shards;
 mod checkpoint;

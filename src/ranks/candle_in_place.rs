@@ -1,0 +1,88 @@
+//! Gradients reduced in place for [`CandlePlan::all_reduce_in_place`]
+//! (feature `candle`): a spare buffer of reduced elements swapped into a
+//! gradient tensor's own CPU storage by a candle in-place op, and the
+//! check that no two of the tensors involved share a storage.
+//!
+//! [`CandlePlan::all_reduce_in_place`]: super::CandlePlan::all_reduce_in_place
+
+use std::any::Any;
+use std::cell::{Cell, RefCell};
+
+use candle_core::{CpuStorage, InplaceOp1, Layout, Storage, Tensor};
+
+/// Swaps the `Vec` behind a spare (`Vec<f32>` or `Vec<f64>`) with a
+/// tensor's CPU storage, when the tensor is all of its storage: contiguous,
+/// from offset 0, of the spare's length and element type.
+pub(super) struct SwapIn<'a> {
+    spare: RefCell<&'a mut dyn Any>,
+    swapped: Cell<bool>,
+}
+
+impl<'a> SwapIn<'a> {
+    /// The swap of `spare`'s buffer. O(1).
+    pub(super) fn new(spare: &'a mut dyn Any) -> Self {
+        Self {
+            spare: RefCell::new(spare),
+            swapped: Cell::new(false),
+        }
+    }
+
+    /// Runs the swap on `t`; whether it took place (else both stay as they
+    /// were). O(1).
+    pub(super) fn into(self, t: &Tensor) -> candle_core::Result<bool> {
+        t.inplace_op1(&self)?;
+        Ok(self.swapped.get())
+    }
+}
+
+impl InplaceOp1 for SwapIn<'_> {
+    fn name(&self) -> &'static str {
+        "scopetree-swap-in"
+    }
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
+        let whole = |len: usize| {
+            layout.start_offset() == 0
+                && layout.is_contiguous()
+                && layout.shape().elem_count() == len
+        };
+        let mut spare = self.spare.borrow_mut();
+        let swapped = match storage {
+            CpuStorage::F32(v) => match spare.downcast_mut::<Vec<f32>>() {
+                Some(s) if s.len() == v.len() && whole(v.len()) => {
+                    std::mem::swap(v, s);
+                    true
+                }
+                _ => false,
+            },
+            CpuStorage::F64(v) => match spare.downcast_mut::<Vec<f64>>() {
+                Some(s) if s.len() == v.len() && whole(v.len()) => {
+                    std::mem::swap(v, s);
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        };
+        self.swapped.set(swapped);
+        Ok(())
+    }
+}
+
+/// Where `t`'s CPU storage of `F32` or `F64` elements starts (`None` for
+/// any other storage). O(1).
+pub(super) fn storage_at(t: &Tensor) -> Option<usize> {
+    let (storage, _) = t.storage_and_layout();
+    match &*storage {
+        Storage::Cpu(CpuStorage::F32(v)) => Some(v.as_ptr() as usize),
+        Storage::Cpu(CpuStorage::F64(v)) => Some(v.as_ptr() as usize),
+        _ => None,
+    }
+}
+
+/// Whether the storages at `starts` are all distinct; sorts `starts`.
+/// O(n log n).
+pub(super) fn all_distinct(starts: &mut [usize]) -> bool {
+    starts.sort_unstable();
+    starts.windows(2).all(|w| w[0] != w[1])
+}
