@@ -502,13 +502,15 @@ impl CandlePlan {
     /// optimizer leaves it alone, as in one process. One extra all-reduce of
     /// one `f64` per variable tells the ranks which gradients exist.
     ///
-    /// Memory: the bucket buffers are reused, but candle tensors cannot be
-    /// written in place, so each call allocates one new tensor per variable
-    /// that some rank has a gradient of (the reduced gradient replaces the
-    /// one `backward` made; its buffer is filled straight from the buckets),
-    /// plus two small vectors of one entry per variable, and copies a
-    /// gradient that is not a contiguous CPU tensor to the host first. O(bytes) per rank for the copies, plus one all-gather of 16
-    /// bytes per rank for the check.
+    /// Memory: the bucket buffers are reused, but each call allocates one
+    /// new tensor per variable that some rank has a gradient of (the
+    /// reduced gradient replaces the one `backward` made; a large one's
+    /// buffer is the spare it was summed into, so the plan zeroes a new
+    /// spare for the next call), plus two small vectors of one entry per
+    /// variable, and copies a gradient that is not a contiguous CPU tensor
+    /// to the host first. [`all_reduce_in_place`](Self::all_reduce_in_place)
+    /// writes the large gradients in place instead. O(bytes) per rank for
+    /// the copies, plus one all-gather of 16 bytes per rank for the check.
     ///
     /// # Errors
     /// On every rank: [`Error::ArgumentsDiffer`] when the ranks pass
