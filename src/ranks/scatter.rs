@@ -34,6 +34,8 @@ struct Layout {
     /// The pieces from the direct threshold up, with their owners, in rank
     /// then manifest order: the same sequence on every rank.
     direct: Vec<(usize, Piece)>,
+    /// The all-gather's block: the largest rank's small pieces, in bytes.
+    gather_block: usize,
 }
 
 /// A plan's buffers for the partitioned exchange, made by its first call
@@ -41,8 +43,11 @@ struct Layout {
 pub(crate) struct ZeroBuffers {
     /// The plan's [`PlanOptions::direct_bytes`], on which the ranks agreed.
     direct_bytes: usize,
-    /// The most bytes one call of a direct piece moves (the bucket).
+    /// The most elements (bytes, `f32`s, `f64`s) one call of a direct
+    /// piece moves: the bucket, as [`PlanOptions::cap`] gives it.
     cap_bytes: usize,
+    cap32: usize,
+    cap64: usize,
     layout: Option<Layout>,
     f32s: Option<Scatter<f32>>,
     f64s: Option<Scatter<f64>>,
@@ -74,7 +79,21 @@ impl Layout {
             }
             fused.push(small);
         }
-        Self { fused, direct }
+        let gather_block = fused
+            .iter()
+            .map(|pieces| {
+                pieces
+                    .iter()
+                    .map(|p| p.len * elem_size(&slots[p.var]))
+                    .sum::<usize>()
+            })
+            .max()
+            .unwrap_or(0);
+        Self {
+            fused,
+            direct,
+            gather_block,
+        }
     }
 }
 
@@ -208,6 +227,8 @@ impl ZeroBuffers {
         Self {
             direct_bytes: opts.direct_bytes,
             cap_bytes: opts.cap(1),
+            cap32: opts.cap(4),
+            cap64: opts.cap(8),
             layout: None,
             f32s: None,
             f64s: None,
@@ -241,11 +262,25 @@ impl ZeroBuffers {
         self.f64s
             .get_or_insert_with(|| Scatter::new(&layout.fused, slots))
             .run(comm, tree, &layout.fused, slots, op)?;
-        let cap32 = (self.cap_bytes / 4).max(1);
-        let cap64 = (self.cap_bytes / 8).max(1);
         let direct = &layout.direct;
-        reduce_direct(comm, tree, slots, direct, &mut self.spares32, cap32, op)?;
-        reduce_direct(comm, tree, slots, direct, &mut self.spares64, cap64, op)
+        reduce_direct(
+            comm,
+            tree,
+            slots,
+            direct,
+            &mut self.spares32,
+            self.cap32,
+            op,
+        )?;
+        reduce_direct(
+            comm,
+            tree,
+            slots,
+            direct,
+            &mut self.spares64,
+            self.cap64,
+            op,
+        )
     }
 
     /// All-gathers every rank's slice of `slots` (cut by `part`): the small
@@ -264,17 +299,7 @@ impl ZeroBuffers {
         let layout = self
             .layout
             .get_or_insert_with(|| Layout::new(part, slots, direct_bytes));
-        let block = layout
-            .fused
-            .iter()
-            .map(|pieces| {
-                pieces
-                    .iter()
-                    .map(|p| p.len * elem_size(&slots[p.var]))
-                    .sum::<usize>()
-            })
-            .max()
-            .unwrap_or(0);
+        let block = layout.gather_block;
         if block > 0 {
             let ranks = part.ranks();
             let (send, recv) = self
