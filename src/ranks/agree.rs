@@ -3,10 +3,10 @@
 //! a failure or a differing argument is an error on every rank instead of a
 //! hang; and how a plan starts ([`start`]).
 
-use super::collective::{Collective, DIGEST_BYTES, Digest};
 use super::error::Error;
 use super::manifest::Manifest;
 use super::options::{PlanOptions, Reduce};
+use crate::ranks::transport::collective::{Collective, DIGEST_BYTES, Digest};
 
 /// An argument every rank must pass alike: its name, its value here, and
 /// how to show a value.

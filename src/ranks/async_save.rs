@@ -11,15 +11,15 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::collective::Collective;
 use super::error::Error;
 use super::manager::CheckpointManager;
 use super::plan::SyncPlan;
 use super::shards::{Prepared, ShardedSave, publish};
 use super::state_shards::{StateFile, write_flushed};
-use super::watchdog::Watch;
 use crate::ScopeTree;
 use crate::checkpoint::{self, Dtype, SaveOptions};
+use crate::ranks::transport::collective::Collective;
+use crate::ranks::transport::watchdog::Watch;
 
 /// What the background thread writes: this rank's tensors, staged.
 struct Shard {

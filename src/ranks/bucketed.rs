@@ -3,12 +3,12 @@
 //! a bucket, moving it, and copying it back.
 
 use super::buckets::Buckets;
-use super::collective::Collective;
 use super::error::Error;
 use super::options::{PlanOptions, Reduce};
-use super::pipeline::Pipeline;
 use super::values::{Direct, Float, Values, cast};
 use crate::checkpoint::Dtype;
+use crate::ranks::transport::collective::Collective;
+use crate::ranks::transport::pipeline::Pipeline;
 
 /// The buckets and buffers of one float type: small variables fused into
 /// buckets, copied in and out; variables of at least

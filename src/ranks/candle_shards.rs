@@ -14,7 +14,6 @@ use rustc_hash::FxHashSet;
 use super::agree::settle;
 use super::bucketed::broadcast_values;
 use super::candle::{CandlePlan, candle, check_file};
-use super::collective::Collective;
 use super::error::Error;
 use super::manifest::{Manifest, ManifestEntry};
 use super::shards::{
@@ -25,6 +24,7 @@ use super::state_shards::Files;
 use super::values::Values;
 use crate::candle::CandleStore;
 use crate::checkpoint::{self, Checkpointable, Dtype, LoadOptions, SaveOptions, sync_file};
+use crate::ranks::transport::collective::Collective;
 
 /// Checks the bytes just read into the tensors `keys` (the `n`th's bytes
 /// given by `bytes(n)`) against the checksums the files of the checkpoint

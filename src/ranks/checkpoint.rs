@@ -4,13 +4,13 @@
 use std::path::Path;
 
 use super::agree::{Same, settle, show_count};
-use super::collective::{Collective, DIGEST_BYTES, check_root};
 use super::error::Error;
 use super::plan::SyncPlan;
 use crate::ScopeTree;
 use crate::checkpoint::{
     self, Dtype, LoadOptions, LoadReport, Mismatch, SaveOptions, SaveReport, Separator,
 };
+use crate::ranks::transport::collective::{Collective, DIGEST_BYTES, check_root};
 
 impl SyncPlan {
     /// Rank `root` saves the plan's scope to `path` with

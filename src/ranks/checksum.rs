@@ -6,7 +6,7 @@
 
 use xxhash_rust::xxh3::{Xxh3, xxh3_128};
 
-use super::collective::Digest;
+use crate::ranks::transport::collective::Digest;
 
 /// The hash of one variable's bytes.
 pub(super) type VarHash = u128;

@@ -4,9 +4,9 @@
 
 use super::agree::settle;
 use super::checksum::VarHash;
-use super::collective::{Collective, Digest};
 use super::error::Error;
 use super::manifest::Manifest;
+use crate::ranks::transport::collective::{Collective, Digest};
 
 /// The consistency check across ranks once each rank has hashed its values
 /// (`digests`, one per variable of `manifest`, and their digest `local`):

@@ -44,10 +44,10 @@
 //! | file | role |
 //! |---|---|
 //! | `error.rs` | [`Error`], the layer's errors |
-//! | `watchdog.rs` | [`Watch`]: a rank that waits too long in a collective call ends its process |
-//! | `collective.rs` | [`Collective`], [`SingleProcess`], [`Digest`] |
+//! | `transport/watchdog.rs` | [`Watch`]: a rank that waits too long in a collective call ends its process |
+//! | `transport/collective.rs` | [`Collective`], [`SingleProcess`], [`Digest`] |
 //! | `checksum.rs` | the checksums ranks compare (xxh3-128) |
-//! | `mpi.rs` | [`Collective`] for MPI's communicator (feature `mpi`) |
+//! | `transport/mpi.rs` | [`Collective`] for MPI's communicator (feature `mpi`) |
 //! | `access.rs` | how a variable's value is read as bytes, by type |
 //! | `manifest.rs` | [`Manifest`] and its agreement |
 //! | `partition.rs` | [`Partition`]: each rank's slice (ZeRO) |
@@ -110,30 +110,25 @@ mod candle_in_place;
 mod candle_shards;
 mod checkpoint;
 mod checksum;
-mod collective;
 mod consistency;
 mod error;
 mod manager;
 mod manifest;
-#[cfg(feature = "mpi")]
-mod mpi;
 mod options;
 mod partition;
-mod pipeline;
 mod plan;
 mod scatter;
 mod shards;
 mod sliced;
 mod slices;
 mod state_shards;
+mod transport;
 mod values;
-mod watchdog;
 mod zero;
 
 pub use async_save::AsyncSaver;
 #[cfg(feature = "candle")]
 pub use candle::CandlePlan;
-pub use collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};
 pub use error::Error;
 pub use manager::{CheckpointManager, LATEST_FILE};
 pub use manifest::{Manifest, ManifestEntry};
@@ -141,8 +136,9 @@ pub use options::{
     DEFAULT_BUCKET_BUFFERS, DEFAULT_BUCKET_BYTES, DEFAULT_DIRECT_BYTES, PlanOptions, Reduce,
 };
 pub use partition::{Partition, Piece};
-pub use pipeline::Pipeline;
 pub use plan::SyncPlan;
 pub use shards::{ShardedLoad, ShardedSave};
 pub use sliced::SlicedState;
-pub use watchdog::{DEFAULT_TIMEOUT, STALL_EXIT_CODE, Watch};
+pub use transport::collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};
+pub use transport::pipeline::Pipeline;
+pub use transport::watchdog::{DEFAULT_TIMEOUT, STALL_EXIT_CODE, Watch};

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::sliced::SlicedState;
-use super::watchdog::DEFAULT_TIMEOUT;
 use crate::checkpoint::Filter;
+use crate::ranks::transport::watchdog::DEFAULT_TIMEOUT;
 
 /// The default bucket size: 2 MiB, chosen by measurement (the bucket sweep
 /// of `docs/benchmarks.md`: raw MPI in chunks of 1 to 4 MiB was the

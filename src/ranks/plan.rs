@@ -10,7 +10,6 @@ use super::access::FLOATS;
 use super::agree::{Same, settle, show_count, start};
 use super::bucketed::{Lane, broadcast_values};
 use super::checksum::{VarHash, digest_of_hashes, hash_bytes};
-use super::collective::{Collective, Digest, check_root};
 use super::consistency::compare_values;
 use super::error::Error;
 use super::manifest::{Bound, Manifest, bind, bind_store};
@@ -19,8 +18,9 @@ use super::partition::Partition;
 use super::scatter::ZeroBuffers;
 use super::sliced::StateLayout;
 use super::values::{InTree, Slot};
-use super::watchdog::Watch;
 use crate::checkpoint::{Dtype, Filter};
+use crate::ranks::transport::collective::{Collective, Digest, check_root};
+use crate::ranks::transport::watchdog::Watch;
 use crate::sharing::VariableStore;
 use crate::{ScopeId, ScopeTree};
 

@@ -11,12 +11,12 @@
 //! float type (`MPI_Reduce_scatter_block`) and one of bytes
 //! (`MPI_Allgather`), as in one exchange.
 
-use super::collective::Collective;
 use super::error::Error;
 use super::options::{PlanOptions, Reduce};
 use super::partition::{Partition, Piece};
 use super::values::{Direct, Float, InTree, Slot, cast, cast_mut};
 use crate::ScopeTree;
+use crate::ranks::transport::collective::Collective;
 
 /// The buffers of one float type's reduce-scatter of the small pieces:
 /// `size` blocks of `block` elements to send, one block to receive.

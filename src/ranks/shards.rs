@@ -13,7 +13,6 @@ use rustc_hash::FxHashSet;
 use super::agree::{Same, settle, show_count};
 use super::bucketed::broadcast_values;
 use super::checksum::hash_bytes;
-use super::collective::{Collective, DIGEST_BYTES};
 use super::error::Error;
 use super::plan::SyncPlan;
 use super::slices::scatter_whole;
@@ -25,6 +24,7 @@ use crate::checkpoint::{
     SaveOptions, Separator, index_json, is_convertible_float, new_save_id, shard_name, sync_file,
     write_atomic,
 };
+use crate::ranks::transport::collective::{Collective, DIGEST_BYTES};
 
 /// The longest save id a save broadcasts (its ids are about 30 bytes).
 const SAVE_ID_BYTES: usize = 64;

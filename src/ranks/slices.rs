@@ -7,11 +7,11 @@
 
 use std::ops::Range;
 
-use super::collective::Collective;
 use super::error::Error;
 use super::manifest::Manifest;
 use super::sliced::{BoundState, StateLayout};
 use crate::ScopeTree;
+use crate::ranks::transport::collective::Collective;
 
 /// State tensor `t`'s element size and its bytes in all, as `(size, bytes)`.
 fn bytes_of(

@@ -12,7 +12,6 @@ use rustc_hash::FxHashMap;
 
 use super::agree::Same;
 use super::checksum::hash_bytes;
-use super::collective::Collective;
 use super::error::Error;
 use super::plan::SyncPlan;
 use super::sliced::BoundState;
@@ -23,6 +22,7 @@ use crate::checkpoint::{
     self, CHECKSUM_PREFIX, Dtype, INDEX_FILE, OPTIMIZER_INDEX_FILE, Opened, SAVE_ID, Staged,
     open_checkpoint, shard_file, sync_file, write_tensors,
 };
+use crate::ranks::transport::collective::Collective;
 
 /// The sliced state of a save under way: its tensors and their shards.
 pub(super) struct PreparedState {

@@ -7,10 +7,10 @@ use std::any::Any;
 use bytemuck::Pod;
 
 use super::access::Access;
-use super::collective::Collective;
 use super::error::Error;
-use super::pipeline::Pipeline;
 use crate::checkpoint::Dtype;
+use crate::ranks::transport::collective::Collective;
+use crate::ranks::transport::pipeline::Pipeline;
 use crate::{ScopeTree, VarId};
 
 /// One variable of a plan.

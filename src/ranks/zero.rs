@@ -4,12 +4,12 @@
 //! rank updated its slice.
 
 use super::agree::{Same, show_count};
-use super::collective::Collective;
 use super::error::Error;
 use super::options::Reduce;
 use super::partition::Partition;
 use super::plan::SyncPlan;
 use crate::ScopeTree;
+use crate::ranks::transport::collective::Collective;
 
 impl SyncPlan {
     /// Each rank's slice of the plan's variables: contiguous ranges in

@@ -83,9 +83,9 @@ fn register() -> Arc<Slot> {
 /// drops: if the call is still running when its timeout has passed, the
 /// process prints one line to stderr naming the rank, the call, the scope,
 /// the step (see [`set_step`](Self::set_step)) and the time waited, and
-/// exits with [`STALL_EXIT_CODE`]. The plans ([`SyncPlan`](super::SyncPlan),
+/// exits with [`STALL_EXIT_CODE`]. The plans ([`SyncPlan`](crate::ranks::SyncPlan),
 /// `CandlePlan`) arm one around each of their collective calls, with the
-/// timeout of their [`PlanOptions`](super::PlanOptions); arm one around
+/// timeout of their [`PlanOptions`](crate::ranks::PlanOptions); arm one around
 /// collective calls of your own.
 ///
 /// Watches are per thread and nest: a watch armed while another is armed

@@ -1,8 +1,8 @@
 //! The collective calls scopetree needs, behind a small trait, and the
 //! world of one process that implements them as the identity.
 
-use super::error::Error;
 use super::pipeline::{Pipeline, in_turn};
+use crate::ranks::error::Error;
 
 /// The size of a digest that ranks all-gather: 16 bytes.
 ///

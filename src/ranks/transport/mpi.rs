@@ -6,8 +6,8 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Equivalence, Root};
 
 use super::collective::{Collective, Digest, blocks, check_root, check_root_of, same_len};
-use super::error::Error;
 use super::pipeline::{Pipeline, check_buffers, in_turn};
+use crate::ranks::error::Error;
 
 /// Checks that `len` elements fit MPI's count (`i32`). O(1).
 fn count(op: &'static str, len: usize) -> Result<(), Error> {

@@ -3,13 +3,13 @@
 //! receive buffer, and drained, so that an implementation can overlap one
 //! bucket's transfer with the copies of its neighbours.
 //!
-//! [`Collective`]: super::Collective
+//! [`Collective`]: crate::ranks::Collective
 
-use super::error::Error;
+use crate::ranks::error::Error;
 
 /// The buckets of one all-reduce: how long each is, how to fill its send
 /// buffer, and how to take its sums. A
-/// [`Collective`](super::Collective)'s pipelined sums call `fill` and
+/// [`Collective`](crate::ranks::Collective)'s pipelined sums call `fill` and
 /// `drain` once per bucket, fills in bucket order and drains in bucket
 /// order, each bucket's fill before its transfer and its drain after; MPI's
 /// overlaps them with other buckets' transfers.

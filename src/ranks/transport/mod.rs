@@ -1,0 +1,18 @@
+//! Transport: how bytes move between the ranks, and the watchdog around each
+//! move. The lowest room of the ranks layer: it knows nothing of trees,
+//! manifests or plans.
+//!
+//! | file | role |
+//! |---|---|
+//! | `pipeline.rs` | [`Pipeline`](crate::ranks::Pipeline): the buckets of one all-reduce, filled and drained around their transfers |
+//! | `collective.rs` | [`Collective`](crate::ranks::Collective), [`SingleProcess`](crate::ranks::SingleProcess), [`Digest`](crate::ranks::Digest) |
+//! | `mpi.rs` | [`Collective`](crate::ranks::Collective) for MPI's communicator (feature `mpi`) |
+//! | `watchdog.rs` | [`Watch`](crate::ranks::Watch): a rank that waits too long in a collective call ends its process |
+//!
+//! It may import the layer's `error.rs` only.
+
+pub(super) mod collective;
+#[cfg(feature = "mpi")]
+pub(super) mod mpi;
+pub(super) mod pipeline;
+pub(super) mod watchdog;
