@@ -4,9 +4,9 @@
 //! hang; and how a plan starts ([`start`]).
 
 use super::error::Error;
-use super::manifest::Manifest;
 use super::options::{PlanOptions, Reduce};
 use crate::ranks::transport::collective::{Collective, DIGEST_BYTES, Digest};
+use crate::ranks::vars::manifest::Manifest;
 
 /// An argument every rank must pass alike: its name, its value here, and
 /// how to show a value.

@@ -5,10 +5,10 @@
 use super::buckets::Buckets;
 use super::error::Error;
 use super::options::{PlanOptions, Reduce};
-use super::values::{Direct, Float, Values, cast};
 use crate::checkpoint::Dtype;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::transport::pipeline::Pipeline;
+use crate::ranks::vars::values::{Direct, Float, Values, cast};
 
 /// The buckets and buffers of one float type: small variables fused into
 /// buckets, copied in and out; variables of at least

@@ -16,16 +16,16 @@ use super::agree::{Same, settle, show_count, start};
 use super::bucketed::{Lane, broadcast_values};
 use super::candle_in_place::{SwapIn, all_distinct, storage_at};
 use super::checkpoint::header_fits;
-use super::checksum::{VarHash, digest_of_hashes, hash_bytes};
 use super::consistency::compare_values;
 use super::error::Error;
-use super::manifest::{Manifest, ManifestEntry};
 use super::options::{PlanOptions, Reduce};
-use super::values::{Direct, Values};
 use crate::candle::CandleStore;
 use crate::checkpoint::{self, Dtype, LoadOptions, LoadReport, SaveReport};
 use crate::ranks::transport::collective::{Collective, Digest, check_root};
 use crate::ranks::transport::watchdog::Watch;
+use crate::ranks::vars::checksum::{VarHash, digest_of_hashes, hash_bytes};
+use crate::ranks::vars::manifest::{Manifest, ManifestEntry};
+use crate::ranks::vars::values::{Direct, Values};
 
 /// What a candle plan accepts, for error messages.
 const CANDLE_FLOATS: &str = "the ranks layer synchronises candle variables of F32 or F64; \

@@ -15,16 +15,16 @@ use super::agree::settle;
 use super::bucketed::broadcast_values;
 use super::candle::{CandlePlan, candle, check_file};
 use super::error::Error;
-use super::manifest::{Manifest, ManifestEntry};
 use super::shards::{
     Prepared, ShardedLoad, ShardedSave, checksum_entry, cut_whole, make_dir, name_save, publish,
     same_floats, shard_meta, written,
 };
 use super::state_shards::Files;
-use super::values::Values;
 use crate::candle::CandleStore;
 use crate::checkpoint::{self, Checkpointable, Dtype, LoadOptions, SaveOptions, sync_file};
 use crate::ranks::transport::collective::Collective;
+use crate::ranks::vars::manifest::{Manifest, ManifestEntry};
+use crate::ranks::vars::values::Values;
 
 /// Checks the bytes just read into the tensors `keys` (the `n`th's bytes
 /// given by `bytes(n)`) against the checksums the files of the checkpoint

@@ -3,10 +3,10 @@
 //! differ and the ranks on each side.
 
 use super::agree::settle;
-use super::checksum::VarHash;
 use super::error::Error;
-use super::manifest::Manifest;
 use crate::ranks::transport::collective::{Collective, Digest};
+use crate::ranks::vars::checksum::VarHash;
+use crate::ranks::vars::manifest::Manifest;
 
 /// The consistency check across ranks once each rank has hashed its values
 /// (`digests`, one per variable of `manifest`, and their digest `local`):

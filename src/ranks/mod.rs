@@ -46,14 +46,14 @@
 //! | `error.rs` | [`Error`], the layer's errors |
 //! | `transport/watchdog.rs` | [`Watch`]: a rank that waits too long in a collective call ends its process |
 //! | `transport/collective.rs` | [`Collective`], [`SingleProcess`], [`Digest`] |
-//! | `checksum.rs` | the checksums ranks compare (xxh3-128) |
+//! | `vars/checksum.rs` | the checksums ranks compare (xxh3-128) |
 //! | `transport/mpi.rs` | [`Collective`] for MPI's communicator (feature `mpi`) |
-//! | `access.rs` | how a variable's value is read as bytes, by type |
-//! | `manifest.rs` | [`Manifest`] and its agreement |
+//! | `vars/access.rs` | how a variable's value is read as bytes, by type |
+//! | `vars/manifest.rs` | [`Manifest`] and its agreement |
 //! | `partition.rs` | [`Partition`]: each rank's slice (ZeRO) |
 //! | `options.rs` | [`PlanOptions`], [`Reduce`], [`DEFAULT_BUCKET_BYTES`] |
 //! | `agree.rs` | how ranks exchange failures and arguments before a collective |
-//! | `values.rs` | a plan's variables as bytes; the float types it reduces |
+//! | `vars/values.rs` | a plan's variables as bytes; the float types it reduces |
 //! | `buckets.rs`, `bucketed.rs` | cutting variables into buckets; the bucketed all-reduce and broadcast |
 //! | `consistency.rs` | the consistency check: the first variable whose bytes differ |
 //! | `scatter.rs` | the buffers and copies of ZeRO's reduce-scatter and all-gather |
@@ -97,7 +97,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod access;
 mod agree;
 mod async_save;
 mod bucketed;
@@ -109,11 +108,9 @@ mod candle_in_place;
 #[cfg(feature = "candle")]
 mod candle_shards;
 mod checkpoint;
-mod checksum;
 mod consistency;
 mod error;
 mod manager;
-mod manifest;
 mod options;
 mod partition;
 mod plan;
@@ -123,7 +120,7 @@ mod sliced;
 mod slices;
 mod state_shards;
 mod transport;
-mod values;
+mod vars;
 mod zero;
 
 pub use async_save::AsyncSaver;
@@ -131,7 +128,6 @@ pub use async_save::AsyncSaver;
 pub use candle::CandlePlan;
 pub use error::Error;
 pub use manager::{CheckpointManager, LATEST_FILE};
-pub use manifest::{Manifest, ManifestEntry};
 pub use options::{
     DEFAULT_BUCKET_BUFFERS, DEFAULT_BUCKET_BYTES, DEFAULT_DIRECT_BYTES, PlanOptions, Reduce,
 };
@@ -142,3 +138,4 @@ pub use sliced::SlicedState;
 pub use transport::collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};
 pub use transport::pipeline::Pipeline;
 pub use transport::watchdog::{DEFAULT_TIMEOUT, STALL_EXIT_CODE, Watch};
+pub use vars::manifest::{Manifest, ManifestEntry};

@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use super::error::Error;
-use super::manifest::Manifest;
+use crate::ranks::vars::manifest::Manifest;
 
 /// One piece of a variable that a rank owns: elements `start..start + len`
 /// of the variable at index `var` of the manifest.

@@ -6,21 +6,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::access::FLOATS;
 use super::agree::{Same, settle, show_count, start};
 use super::bucketed::{Lane, broadcast_values};
-use super::checksum::{VarHash, digest_of_hashes, hash_bytes};
 use super::consistency::compare_values;
 use super::error::Error;
-use super::manifest::{Bound, Manifest, bind, bind_store};
 use super::options::{PlanOptions, Reduce};
 use super::partition::Partition;
 use super::scatter::ZeroBuffers;
 use super::sliced::StateLayout;
-use super::values::{InTree, Slot};
 use crate::checkpoint::{Dtype, Filter};
 use crate::ranks::transport::collective::{Collective, Digest, check_root};
 use crate::ranks::transport::watchdog::Watch;
+use crate::ranks::vars::access::FLOATS;
+use crate::ranks::vars::checksum::{VarHash, digest_of_hashes, hash_bytes};
+use crate::ranks::vars::manifest::{Bound, Manifest, bind, bind_store};
+use crate::ranks::vars::values::{InTree, Slot};
 use crate::sharing::VariableStore;
 use crate::{ScopeId, ScopeTree};
 

@@ -14,9 +14,9 @@
 use super::error::Error;
 use super::options::{PlanOptions, Reduce};
 use super::partition::{Partition, Piece};
-use super::values::{Direct, Float, InTree, Slot, cast, cast_mut};
 use crate::ScopeTree;
 use crate::ranks::transport::collective::Collective;
+use crate::ranks::vars::values::{Direct, Float, InTree, Slot, cast, cast_mut};
 
 /// The buffers of one float type's reduce-scatter of the small pieces:
 /// `size` blocks of `block` elements to send, one block to receive.

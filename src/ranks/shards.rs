@@ -12,12 +12,10 @@ use rustc_hash::FxHashSet;
 
 use super::agree::{Same, settle, show_count};
 use super::bucketed::broadcast_values;
-use super::checksum::hash_bytes;
 use super::error::Error;
 use super::plan::SyncPlan;
 use super::slices::scatter_whole;
 use super::state_shards::{Files, PreparedState};
-use super::values::{InTree, Slot};
 use crate::ScopeTree;
 use crate::checkpoint::{
     self, CHECKSUM_PREFIX, Dtype, INDEX_FILE, LoadOptions, OPTIMIZER_INDEX_FILE, SAVE_ID,
@@ -25,6 +23,8 @@ use crate::checkpoint::{
     write_atomic,
 };
 use crate::ranks::transport::collective::{Collective, DIGEST_BYTES};
+use crate::ranks::vars::checksum::hash_bytes;
+use crate::ranks::vars::values::{InTree, Slot};
 
 /// The longest save id a save broadcasts (its ids are about 30 bytes).
 const SAVE_ID_BYTES: usize = 64;

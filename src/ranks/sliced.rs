@@ -5,12 +5,12 @@
 
 use std::any::Any;
 
-use super::access::Types;
 use super::error::Error;
-use super::manifest::Manifest;
 use super::partition::{Partition, Piece};
-use super::values::Slot;
 use crate::checkpoint::Filter;
+use crate::ranks::vars::access::Types;
+use crate::ranks::vars::manifest::Manifest;
+use crate::ranks::vars::values::Slot;
 use crate::{ScopeId, ScopeTree, VarId};
 
 /// Optimizer state that the ranks hold sliced, as ZeRO stage 1 does: for

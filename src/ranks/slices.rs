@@ -8,10 +8,10 @@
 use std::ops::Range;
 
 use super::error::Error;
-use super::manifest::Manifest;
 use super::sliced::{BoundState, StateLayout};
 use crate::ScopeTree;
 use crate::ranks::transport::collective::Collective;
+use crate::ranks::vars::manifest::Manifest;
 
 /// State tensor `t`'s element size and its bytes in all, as `(size, bytes)`.
 fn bytes_of(

@@ -11,18 +11,18 @@ use std::path::{Path, PathBuf};
 use rustc_hash::FxHashMap;
 
 use super::agree::Same;
-use super::checksum::hash_bytes;
 use super::error::Error;
 use super::plan::SyncPlan;
 use super::sliced::BoundState;
 use super::slices::gather_whole;
-use super::values::Slot;
 use crate::ScopeTree;
 use crate::checkpoint::{
     self, CHECKSUM_PREFIX, Dtype, INDEX_FILE, OPTIMIZER_INDEX_FILE, Opened, SAVE_ID, Staged,
     open_checkpoint, shard_file, sync_file, write_tensors,
 };
 use crate::ranks::transport::collective::Collective;
+use crate::ranks::vars::checksum::hash_bytes;
+use crate::ranks::vars::values::Slot;
 
 /// The sliced state of a save under way: its tensors and their shards.
 pub(super) struct PreparedState {

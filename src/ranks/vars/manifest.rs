@@ -6,8 +6,8 @@ use std::fmt;
 
 use super::access::{Access, DTYPES, SUPPORTED, Types};
 use super::checksum::digest_of;
-use super::error::Error;
 use crate::checkpoint::{Dtype, Filter, Separator};
+use crate::ranks::error::Error;
 use crate::ranks::transport::collective::{Collective, DIGEST_BYTES, Digest};
 use crate::sharing::VariableStore;
 use crate::{ScopeId, ScopeTree, VarId};

@@ -9,22 +9,22 @@ use xxhash_rust::xxh3::{Xxh3, xxh3_128};
 use crate::ranks::transport::collective::Digest;
 
 /// The hash of one variable's bytes.
-pub(super) type VarHash = u128;
+pub(in crate::ranks) type VarHash = u128;
 
 /// The xxh3-128 of one variable's bytes. O(len); allocates nothing.
-pub(super) fn hash_bytes(bytes: &[u8]) -> VarHash {
+pub(in crate::ranks) fn hash_bytes(bytes: &[u8]) -> VarHash {
     xxh3_128(bytes)
 }
 
 /// The digest of some bytes: their xxh3-128, little-endian. O(len);
 /// allocates nothing.
-pub(super) fn digest_of(bytes: &[u8]) -> Digest {
+pub(in crate::ranks) fn digest_of(bytes: &[u8]) -> Digest {
     xxh3_128(bytes).to_le_bytes()
 }
 
 /// The digest of the per-variable hashes `hashes`, in order: the xxh3-128
 /// of their little-endian bytes. O(hashes); allocates nothing.
-pub(super) fn digest_of_hashes(hashes: &[VarHash]) -> Digest {
+pub(in crate::ranks) fn digest_of_hashes(hashes: &[VarHash]) -> Digest {
     let mut all = Xxh3::new();
     for h in hashes {
         all.update(&h.to_le_bytes());

@@ -7,22 +7,22 @@ use std::any::Any;
 use bytemuck::Pod;
 
 use super::access::Access;
-use super::error::Error;
 use crate::checkpoint::Dtype;
+use crate::ranks::error::Error;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::transport::pipeline::Pipeline;
 use crate::{ScopeTree, VarId};
 
 /// One variable of a plan.
 #[derive(Clone, Copy)]
-pub(super) struct Slot {
-    pub(super) id: VarId,
-    pub(super) access: Access,
-    pub(super) nbytes: usize,
+pub(in crate::ranks) struct Slot {
+    pub(in crate::ranks) id: VarId,
+    pub(in crate::ranks) access: Access,
+    pub(in crate::ranks) nbytes: usize,
 }
 
 /// A float type a plan reduces.
-pub(super) trait Float: Pod + std::ops::Div<Output = Self> {
+pub(in crate::ranks) trait Float: Pod + std::ops::Div<Output = Self> {
     const DTYPE: Dtype;
     fn sum<C: Collective + ?Sized>(comm: &C, send: &[Self], recv: &mut [Self])
     -> Result<(), Error>;
@@ -114,7 +114,7 @@ impl Float for f64 {
 /// Where a plan's values live, seen as native bytes: the tree's variables,
 /// or a candle store's tensors. `var` is the variable's index in the plan,
 /// `at` a byte offset within it.
-pub(super) trait Values {
+pub(in crate::ranks) trait Values {
     /// Copies the bytes `at..at + into.len()` of variable `var` into `into`.
     fn read(&mut self, var: usize, at: usize, into: &mut [u8]) -> Result<(), Error>;
     /// Copies `from` over the bytes `at..at + from.len()` of variable `var`.
@@ -123,8 +123,8 @@ pub(super) trait Values {
 
 /// Values that a reduce can send from their own buffers, and whose
 /// results it can hand over without a copy (the variables at least
-/// [`PlanOptions::direct_bytes`](super::PlanOptions::direct_bytes) long).
-pub(super) trait Direct: Values {
+/// [`PlanOptions::direct_bytes`](crate::ranks::PlanOptions::direct_bytes) long).
+pub(in crate::ranks) trait Direct: Values {
     /// Runs `f` on the bytes of variable `var` as held, in place (no copy).
     fn with_bytes(
         &mut self,
@@ -138,9 +138,9 @@ pub(super) trait Direct: Values {
 }
 
 /// The variables of a tree plan.
-pub(super) struct InTree<'a> {
-    pub(super) tree: &'a mut ScopeTree,
-    pub(super) slots: &'a [Slot],
+pub(in crate::ranks) struct InTree<'a> {
+    pub(in crate::ranks) tree: &'a mut ScopeTree,
+    pub(in crate::ranks) slots: &'a [Slot],
 }
 
 impl Values for InTree<'_> {
@@ -194,7 +194,7 @@ impl Direct for InTree<'_> {
 
 /// `bytes` as a slice of `F`; [`Error::BadBuffers`] if they do not fit
 /// (never for the plan's own, aligned buffers). O(1).
-pub(super) fn cast<F: Pod>(bytes: &[u8]) -> Result<&[F], Error> {
+pub(in crate::ranks) fn cast<F: Pod>(bytes: &[u8]) -> Result<&[F], Error> {
     bytemuck::try_cast_slice(bytes).map_err(|e| Error::BadBuffers {
         op: "all-reduce",
         reason: e.to_string(),
@@ -202,7 +202,7 @@ pub(super) fn cast<F: Pod>(bytes: &[u8]) -> Result<&[F], Error> {
 }
 
 /// As [`cast`], mutable. O(1).
-pub(super) fn cast_mut<F: Pod>(bytes: &mut [u8]) -> Result<&mut [F], Error> {
+pub(in crate::ranks) fn cast_mut<F: Pod>(bytes: &mut [u8]) -> Result<&mut [F], Error> {
     bytemuck::try_cast_slice_mut(bytes).map_err(|e| Error::BadBuffers {
         op: "all-reduce",
         reason: e.to_string(),
