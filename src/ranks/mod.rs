@@ -50,7 +50,7 @@
 //! | `transport/mpi.rs` | [`Collective`] for MPI's communicator (feature `mpi`) |
 //! | `vars/access.rs` | how a variable's value is read as bytes, by type |
 //! | `vars/manifest.rs` | [`Manifest`] and its agreement |
-//! | `partition.rs` | [`Partition`]: each rank's slice (ZeRO) |
+//! | `layout/partition.rs` | [`Partition`]: each rank's slice (ZeRO) |
 //! | `options.rs` | [`PlanOptions`], [`Reduce`], [`DEFAULT_BUCKET_BYTES`] |
 //! | `agree.rs` | how ranks exchange failures and arguments before a collective |
 //! | `vars/values.rs` | a plan's variables as bytes; the float types it reduces |
@@ -110,14 +110,12 @@ mod candle_shards;
 mod checkpoint;
 mod consistency;
 mod error;
+mod layout;
 mod manager;
 mod options;
-mod partition;
 mod plan;
 mod scatter;
 mod shards;
-mod sliced;
-mod slices;
 mod state_shards;
 mod transport;
 mod vars;
@@ -127,14 +125,14 @@ pub use async_save::AsyncSaver;
 #[cfg(feature = "candle")]
 pub use candle::CandlePlan;
 pub use error::Error;
+pub use layout::partition::{Partition, Piece};
+pub use layout::sliced::SlicedState;
 pub use manager::{CheckpointManager, LATEST_FILE};
 pub use options::{
     DEFAULT_BUCKET_BUFFERS, DEFAULT_BUCKET_BYTES, DEFAULT_DIRECT_BYTES, PlanOptions, Reduce,
 };
-pub use partition::{Partition, Piece};
 pub use plan::SyncPlan;
 pub use shards::{ShardedLoad, ShardedSave};
-pub use sliced::SlicedState;
 pub use transport::collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};
 pub use transport::pipeline::Pipeline;
 pub use transport::watchdog::{DEFAULT_TIMEOUT, STALL_EXIT_CODE, Watch};

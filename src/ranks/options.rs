@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use super::sliced::SlicedState;
 use crate::checkpoint::Filter;
+use crate::ranks::layout::sliced::SlicedState;
 use crate::ranks::transport::watchdog::DEFAULT_TIMEOUT;
 
 /// The default bucket size: 2 MiB, chosen by measurement (the bucket sweep

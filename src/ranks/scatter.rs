@@ -13,8 +13,8 @@
 
 use super::error::Error;
 use super::options::{PlanOptions, Reduce};
-use super::partition::{Partition, Piece};
 use crate::ScopeTree;
+use crate::ranks::layout::partition::{Partition, Piece};
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::vars::values::{Direct, Float, InTree, Slot, cast, cast_mut};
 

@@ -14,7 +14,6 @@ use super::agree::{Same, settle, show_count};
 use super::bucketed::broadcast_values;
 use super::error::Error;
 use super::plan::SyncPlan;
-use super::slices::scatter_whole;
 use super::state_shards::{Files, PreparedState};
 use crate::ScopeTree;
 use crate::checkpoint::{
@@ -22,6 +21,7 @@ use crate::checkpoint::{
     SaveOptions, Separator, index_json, is_convertible_float, new_save_id, shard_name, sync_file,
     write_atomic,
 };
+use crate::ranks::layout::slices::scatter_whole;
 use crate::ranks::transport::collective::{Collective, DIGEST_BYTES};
 use crate::ranks::vars::checksum::hash_bytes;
 use crate::ranks::vars::values::{InTree, Slot};
@@ -701,7 +701,7 @@ impl SyncPlan {
         &self,
         path: &Path,
         files: &Files,
-        bound: Option<&super::sliced::BoundState>,
+        bound: Option<&crate::ranks::layout::sliced::BoundState>,
     ) -> Result<(), Error> {
         let mut file = files.tensors();
         let state: FxHashSet<&str> = bound

@@ -13,13 +13,13 @@ use rustc_hash::FxHashMap;
 use super::agree::Same;
 use super::error::Error;
 use super::plan::SyncPlan;
-use super::sliced::BoundState;
-use super::slices::gather_whole;
 use crate::ScopeTree;
 use crate::checkpoint::{
     self, CHECKSUM_PREFIX, Dtype, INDEX_FILE, OPTIMIZER_INDEX_FILE, Opened, SAVE_ID, Staged,
     open_checkpoint, shard_file, sync_file, write_tensors,
 };
+use crate::ranks::layout::sliced::BoundState;
+use crate::ranks::layout::slices::gather_whole;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::vars::checksum::hash_bytes;
 use crate::ranks::vars::values::Slot;
@@ -119,7 +119,7 @@ impl SyncPlan {
     /// tensors in the same order. O(variables × suffixes × depth).
     ///
     /// # Errors
-    /// As [`StateLayout::bind`](super::sliced::StateLayout::bind).
+    /// As [`StateLayout::bind`](crate::ranks::layout::sliced::StateLayout::bind).
     pub(super) fn bind_state(
         &self,
         tree: &ScopeTree,

@@ -6,9 +6,9 @@
 use super::agree::{Same, show_count};
 use super::error::Error;
 use super::options::Reduce;
-use super::partition::Partition;
 use super::plan::SyncPlan;
 use crate::ScopeTree;
+use crate::ranks::layout::partition::Partition;
 use crate::ranks::transport::collective::Collective;
 
 impl SyncPlan {

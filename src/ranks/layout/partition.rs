@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use super::error::Error;
+use crate::ranks::error::Error;
 use crate::ranks::vars::manifest::Manifest;
 
 /// One piece of a variable that a rank owns: elements `start..start + len`

@@ -1,4 +1,4 @@
-//! Moving [sliced state](super::SlicedState) between the ranks' pieces
+//! Moving [sliced state](crate::ranks::SlicedState) between the ranks' pieces
 //! and whole tensors. In a save, the holder of each tensor (the owner of
 //! its middle element) gathers the pieces that other ranks own of it; in
 //! a load, the holder of each tensor it read sends the other ranks their
@@ -7,9 +7,9 @@
 
 use std::ops::Range;
 
-use super::error::Error;
 use super::sliced::{BoundState, StateLayout};
 use crate::ScopeTree;
+use crate::ranks::error::Error;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::vars::manifest::Manifest;
 
@@ -66,7 +66,7 @@ fn scratch_len(layout: &StateLayout, manifest: &Manifest, cap: usize) -> usize {
 /// A failed collective; [`Error::Tree`] for a variable that changed since
 /// `bound` (never while the caller holds the tree).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn gather_whole<C: Collective + ?Sized>(
+pub(in crate::ranks) fn gather_whole<C: Collective + ?Sized>(
     comm: &C,
     tree: &ScopeTree,
     layout: &StateLayout,
@@ -135,7 +135,7 @@ pub(super) fn gather_whole<C: Collective + ?Sized>(
 /// # Errors
 /// A failed collective; [`Error::Tree`] for a variable that changed since
 /// `bound` (never while the caller holds the tree).
-pub(super) fn scatter_whole<C: Collective + ?Sized>(
+pub(in crate::ranks) fn scatter_whole<C: Collective + ?Sized>(
     comm: &C,
     tree: &mut ScopeTree,
     layout: &StateLayout,

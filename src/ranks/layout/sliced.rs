@@ -5,9 +5,9 @@
 
 use std::any::Any;
 
-use super::error::Error;
 use super::partition::{Partition, Piece};
 use crate::checkpoint::Filter;
+use crate::ranks::error::Error;
 use crate::ranks::vars::access::Types;
 use crate::ranks::vars::manifest::Manifest;
 use crate::ranks::vars::values::Slot;
@@ -17,19 +17,19 @@ use crate::{ScopeId, ScopeTree, VarId};
 /// each variable of a plan (those [`of`](Self::of) keeps), one tensor of
 /// the same dtype and element count per suffix (Adam's `@M` and `@V`, say),
 /// of which each rank holds only its piece: the elements that the plan's
-/// [`state_partition`](super::SyncPlan::state_partition) gives it, as a
+/// [`state_partition`](crate::ranks::SyncPlan::state_partition) gives it, as a
 /// flat variable (`Vec`, `Box<[_]>` or a 1-D
 /// [`Tensor`](crate::checkpoint::Tensor)) named `<key><suffix>` under the
 /// state's `scope` (`optim/w@M` for the plan's variable `w`). A rank holds
 /// no variable for a tensor it has no piece of.
 ///
-/// Given to a plan with [`PlanOptions::sliced_state`](super::PlanOptions::sliced_state),
-/// its [`save_shards`](super::SyncPlan::save_shards) writes the state as
+/// Given to a plan with [`PlanOptions::sliced_state`](crate::ranks::PlanOptions::sliced_state),
+/// its [`save_shards`](crate::ranks::SyncPlan::save_shards) writes the state as
 /// whole tensors, each by one rank, in shards of its own beside the
 /// parameters (`optimizer-0000k-of-0000N.safetensors` and
 /// `optimizer.safetensors.index.json`): only the pieces of the tensors
 /// that two ranks' slices split move between ranks. Its
-/// [`load_shards`](super::SyncPlan::load_shards) cuts the tensors again for
+/// [`load_shards`](crate::ranks::SyncPlan::load_shards) cuts the tensors again for
 /// any number of ranks.
 ///
 /// ```
@@ -123,18 +123,18 @@ impl SlicedState {
 /// What a plan keeps of its sliced state: which of its variables carry
 /// state, their partition, and the rank that holds each tensor whole in a
 /// save or a load.
-pub(super) struct StateLayout {
-    pub(super) spec: SlicedState,
+pub(in crate::ranks) struct StateLayout {
+    pub(in crate::ranks) spec: SlicedState,
     /// The plan's variables that carry state, as manifest indices.
-    pub(super) vars: Vec<usize>,
+    pub(in crate::ranks) vars: Vec<usize>,
     /// Their partition across the ranks (indices into `vars`).
-    pub(super) partition: Partition,
+    pub(in crate::ranks) partition: Partition,
     /// Per variable of `vars`: every rank's piece of it, in rank order.
-    pub(super) owners: Vec<Vec<(usize, Piece)>>,
+    pub(in crate::ranks) owners: Vec<Vec<(usize, Piece)>>,
     /// Per variable of `vars`: the rank that holds its tensors whole in
     /// saves and loads, the owner of its middle element (rank 0 for an
     /// empty one), so that only the pieces of split tensors move.
-    pub(super) holders: Vec<usize>,
+    pub(in crate::ranks) holders: Vec<usize>,
 }
 
 impl StateLayout {
@@ -143,7 +143,11 @@ impl StateLayout {
     ///
     /// # Errors
     /// As [`Partition::new`].
-    pub(super) fn new(spec: SlicedState, manifest: &Manifest, ranks: usize) -> Result<Self, Error> {
+    pub(in crate::ranks) fn new(
+        spec: SlicedState,
+        manifest: &Manifest,
+        ranks: usize,
+    ) -> Result<Self, Error> {
         let keep = spec.of.clone();
         let (sub, vars) = manifest.subset(&|key| keep.as_ref().is_none_or(|k| k(key)));
         let partition = Partition::new(&sub, ranks)?;
@@ -176,17 +180,17 @@ impl StateLayout {
 
 /// One tensor of the state: its key in the checkpoint, and the variable
 /// of [`StateLayout::vars`] it belongs to.
-pub(super) struct StateTensor {
-    pub(super) key: String,
-    pub(super) var: usize,
+pub(in crate::ranks) struct StateTensor {
+    pub(in crate::ranks) key: String,
+    pub(in crate::ranks) var: usize,
 }
 
 /// A rank's sliced state bound to its tree: every tensor of the state, in
 /// key order, and this rank's pieces with their variables.
-pub(super) struct BoundState {
-    pub(super) tensors: Vec<StateTensor>,
+pub(in crate::ranks) struct BoundState {
+    pub(in crate::ranks) tensors: Vec<StateTensor>,
     /// Per tensor (as `tensors`): this rank's piece and its variable.
-    pub(super) mine: Vec<Option<(Piece, Slot)>>,
+    pub(in crate::ranks) mine: Vec<Option<(Piece, Slot)>>,
 }
 
 /// The variable at `rel` (a `/`-separated path) under `scope`, if any.
@@ -216,7 +220,7 @@ impl StateLayout {
     /// another type or length, and for a variable of a piece the rank does
     /// not own; [`Error::BadOption`] when the state's scope lies outside the
     /// plan's; [`Error::Tree`] for a stale scope.
-    pub(super) fn bind(
+    pub(in crate::ranks) fn bind(
         &self,
         tree: &ScopeTree,
         manifest: &Manifest,
