@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use super::error::Error;
 use super::manager::CheckpointManager;
-use super::plan::SyncPlan;
 use super::shards::{Prepared, ShardedSave, publish};
 use super::state_shards::{StateFile, write_flushed};
 use crate::ScopeTree;
 use crate::checkpoint::{self, Dtype, SaveOptions};
+use crate::ranks::plan::sync_plan::SyncPlan;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::transport::watchdog::Watch;
 

@@ -11,8 +11,6 @@ use std::sync::Arc;
 use candle_core::{Tensor, Var};
 use rustc_hash::FxHashSet;
 
-use super::agree::settle;
-use super::bucketed::broadcast_values;
 use super::candle::{CandlePlan, candle, check_file};
 use super::error::Error;
 use super::shards::{
@@ -22,6 +20,8 @@ use super::shards::{
 use super::state_shards::Files;
 use crate::candle::CandleStore;
 use crate::checkpoint::{self, Checkpointable, Dtype, LoadOptions, SaveOptions, sync_file};
+use crate::ranks::plan::agree::settle;
+use crate::ranks::plan::bucketed::broadcast_values;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::vars::manifest::{Manifest, ManifestEntry};
 use crate::ranks::vars::values::Values;

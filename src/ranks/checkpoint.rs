@@ -3,13 +3,13 @@
 
 use std::path::Path;
 
-use super::agree::{Same, settle, show_count};
 use super::error::Error;
-use super::plan::SyncPlan;
 use crate::ScopeTree;
 use crate::checkpoint::{
     self, Dtype, LoadOptions, LoadReport, Mismatch, SaveOptions, SaveReport, Separator,
 };
+use crate::ranks::plan::agree::{Same, settle, show_count};
+use crate::ranks::plan::sync_plan::SyncPlan;
 use crate::ranks::transport::collective::{Collective, DIGEST_BYTES, check_root};
 
 impl SyncPlan {

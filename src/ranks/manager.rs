@@ -4,12 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use super::agree::settle;
 use super::error::Error;
-use super::plan::SyncPlan;
 use super::shards::{ShardedLoad, ShardedSave};
 use crate::ScopeTree;
 use crate::checkpoint::{self, INDEX_FILE, SaveOptions, write_atomic};
+use crate::ranks::plan::agree::settle;
+use crate::ranks::plan::sync_plan::SyncPlan;
 use crate::ranks::transport::collective::{Collective, DIGEST_BYTES};
 
 /// The pointer's file name in a manager's directory: one line, the name of

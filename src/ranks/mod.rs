@@ -51,14 +51,14 @@
 //! | `vars/access.rs` | how a variable's value is read as bytes, by type |
 //! | `vars/manifest.rs` | [`Manifest`] and its agreement |
 //! | `layout/partition.rs` | [`Partition`]: each rank's slice (ZeRO) |
-//! | `options.rs` | [`PlanOptions`], [`Reduce`], [`DEFAULT_BUCKET_BYTES`] |
-//! | `agree.rs` | how ranks exchange failures and arguments before a collective |
+//! | `plan/options.rs` | [`PlanOptions`], [`Reduce`], [`DEFAULT_BUCKET_BYTES`] |
+//! | `plan/agree.rs` | how ranks exchange failures and arguments before a collective |
 //! | `vars/values.rs` | a plan's variables as bytes; the float types it reduces |
-//! | `buckets.rs`, `bucketed.rs` | cutting variables into buckets; the bucketed all-reduce and broadcast |
-//! | `consistency.rs` | the consistency check: the first variable whose bytes differ |
-//! | `scatter.rs` | the buffers and copies of ZeRO's reduce-scatter and all-gather |
-//! | `plan.rs` | [`SyncPlan`]: agreement, broadcast, all-reduce, consistency |
-//! | `zero.rs` | [`SyncPlan`]'s partitioned exchange (ZeRO stage 1) |
+//! | `plan/buckets.rs`, `plan/bucketed.rs` | cutting variables into buckets; the bucketed all-reduce and broadcast |
+//! | `plan/consistency.rs` | the consistency check: the first variable whose bytes differ |
+//! | `plan/scatter.rs` | the buffers and copies of ZeRO's reduce-scatter and all-gather |
+//! | `plan/sync_plan.rs` | [`SyncPlan`]: agreement, broadcast, all-reduce, consistency |
+//! | `plan/zero.rs` | [`SyncPlan`]'s partitioned exchange (ZeRO stage 1) |
 //! | `checkpoint.rs` | [`SyncPlan`]'s checkpoints on one rank: `save_on_root`, `load_on_all` |
 //! | `shards.rs` | [`SyncPlan`]'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
 //! | `manager.rs` | [`CheckpointManager`]: a step per directory, the latest pointer, keep-last-K |
@@ -97,10 +97,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod agree;
 mod async_save;
-mod bucketed;
-mod buckets;
 #[cfg(feature = "candle")]
 mod candle;
 #[cfg(feature = "candle")]
@@ -108,18 +105,14 @@ mod candle_in_place;
 #[cfg(feature = "candle")]
 mod candle_shards;
 mod checkpoint;
-mod consistency;
 mod error;
 mod layout;
 mod manager;
-mod options;
 mod plan;
-mod scatter;
 mod shards;
 mod state_shards;
 mod transport;
 mod vars;
-mod zero;
 
 pub use async_save::AsyncSaver;
 #[cfg(feature = "candle")]
@@ -128,10 +121,10 @@ pub use error::Error;
 pub use layout::partition::{Partition, Piece};
 pub use layout::sliced::SlicedState;
 pub use manager::{CheckpointManager, LATEST_FILE};
-pub use options::{
+pub use plan::options::{
     DEFAULT_BUCKET_BUFFERS, DEFAULT_BUCKET_BYTES, DEFAULT_DIRECT_BYTES, PlanOptions, Reduce,
 };
-pub use plan::SyncPlan;
+pub use plan::sync_plan::SyncPlan;
 pub use shards::{ShardedLoad, ShardedSave};
 pub use transport::collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};
 pub use transport::pipeline::Pipeline;

@@ -10,10 +10,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashSet;
 
-use super::agree::{Same, settle, show_count};
-use super::bucketed::broadcast_values;
 use super::error::Error;
-use super::plan::SyncPlan;
 use super::state_shards::{Files, PreparedState};
 use crate::ScopeTree;
 use crate::checkpoint::{
@@ -22,6 +19,9 @@ use crate::checkpoint::{
     write_atomic,
 };
 use crate::ranks::layout::slices::scatter_whole;
+use crate::ranks::plan::agree::{Same, settle, show_count};
+use crate::ranks::plan::bucketed::broadcast_values;
+use crate::ranks::plan::sync_plan::SyncPlan;
 use crate::ranks::transport::collective::{Collective, DIGEST_BYTES};
 use crate::ranks::vars::checksum::hash_bytes;
 use crate::ranks::vars::values::{InTree, Slot};

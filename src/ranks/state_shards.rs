@@ -10,9 +10,7 @@ use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashMap;
 
-use super::agree::Same;
 use super::error::Error;
-use super::plan::SyncPlan;
 use crate::ScopeTree;
 use crate::checkpoint::{
     self, CHECKSUM_PREFIX, Dtype, INDEX_FILE, OPTIMIZER_INDEX_FILE, Opened, SAVE_ID, Staged,
@@ -20,6 +18,8 @@ use crate::checkpoint::{
 };
 use crate::ranks::layout::sliced::BoundState;
 use crate::ranks::layout::slices::gather_whole;
+use crate::ranks::plan::agree::Same;
+use crate::ranks::plan::sync_plan::SyncPlan;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::vars::checksum::hash_bytes;
 use crate::ranks::vars::values::Slot;

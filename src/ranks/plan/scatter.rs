@@ -1,6 +1,6 @@
 //! The buffers and copies of the partitioned exchange (ZeRO stage 1): the
 //! reduce-scatter of each float type into this rank's slice, and the
-//! all-gather of every rank's slice, for [`SyncPlan`](super::SyncPlan)'s
+//! all-gather of every rank's slice, for [`SyncPlan`](crate::ranks::SyncPlan)'s
 //! `reduce_scatter` and `all_gather`.
 //!
 //! A piece of a slice of at least [`PlanOptions::direct_bytes`] moves from
@@ -11,9 +11,9 @@
 //! float type (`MPI_Reduce_scatter_block`) and one of bytes
 //! (`MPI_Allgather`), as in one exchange.
 
-use super::error::Error;
 use super::options::{PlanOptions, Reduce};
 use crate::ScopeTree;
+use crate::ranks::error::Error;
 use crate::ranks::layout::partition::{Partition, Piece};
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::vars::values::{Direct, Float, InTree, Slot, cast, cast_mut};
@@ -223,7 +223,7 @@ fn reduce_direct<F: Float, C: Collective + ?Sized>(
 impl ZeroBuffers {
     /// The buffers of a plan built with `opts`; nothing is allocated until
     /// the first exchange. O(1).
-    pub(super) fn new(opts: &PlanOptions) -> Self {
+    pub(in crate::ranks) fn new(opts: &PlanOptions) -> Self {
         Self {
             direct_bytes: opts.direct_bytes,
             cap_bytes: opts.cap(1),
@@ -244,7 +244,7 @@ impl ZeroBuffers {
     /// rank's direct pieces (about its slice's bytes); later calls allocate
     /// nothing on a tree. O(bytes of the small pieces) of copies per rank,
     /// and O(bytes) of partial direct pieces on their owner.
-    pub(super) fn reduce_scatter<C: Collective + ?Sized>(
+    pub(in crate::ranks) fn reduce_scatter<C: Collective + ?Sized>(
         &mut self,
         comm: &C,
         tree: &mut ScopeTree,
@@ -288,7 +288,7 @@ impl ZeroBuffers {
     /// direct ones broadcast from their owners in place, in chunks of the
     /// bucket. The first call allocates the buffers; later calls allocate
     /// nothing. O(bytes of the small pieces) of copies per rank.
-    pub(super) fn all_gather<C: Collective + ?Sized>(
+    pub(in crate::ranks) fn all_gather<C: Collective + ?Sized>(
         &mut self,
         comm: &C,
         tree: &mut ScopeTree,

@@ -9,10 +9,10 @@ use std::time::Duration;
 use super::agree::{Same, settle, show_count, start};
 use super::bucketed::{Lane, broadcast_values};
 use super::consistency::compare_values;
-use super::error::Error;
 use super::options::{PlanOptions, Reduce};
 use super::scatter::ZeroBuffers;
 use crate::checkpoint::{Dtype, Filter};
+use crate::ranks::error::Error;
 use crate::ranks::layout::partition::Partition;
 use crate::ranks::layout::sliced::StateLayout;
 use crate::ranks::transport::collective::{Collective, Digest, check_root};
@@ -63,21 +63,21 @@ use crate::{ScopeId, ScopeTree};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct SyncPlan {
-    pub(super) manifest: Manifest,
+    pub(in crate::ranks) manifest: Manifest,
     scope: ScopeId,
     /// The variables' filter, which the plan's checkpoints use too.
     filter: Option<Filter>,
     /// The variables the plan synchronises but its checkpoints leave out.
     scratch: Option<Filter>,
-    pub(super) slots: Vec<Slot>,
+    pub(in crate::ranks) slots: Vec<Slot>,
     /// The first variable that is neither `f32` nor `f64`.
-    pub(super) first_not_float: Option<usize>,
+    pub(in crate::ranks) first_not_float: Option<usize>,
     /// Each rank's slice of the variables (ZeRO stage 1).
-    pub(super) partition: Partition,
+    pub(in crate::ranks) partition: Partition,
     /// The optimizer state the ranks hold sliced, if any.
-    pub(super) state: Option<StateLayout>,
+    pub(in crate::ranks) state: Option<StateLayout>,
     /// The buffers of the partitioned exchange, made by its first call.
-    pub(super) zero: ZeroBuffers,
+    pub(in crate::ranks) zero: ZeroBuffers,
     f32s: Lane<f32>,
     f64s: Lane<f64>,
     byte_cap: usize,
@@ -207,13 +207,17 @@ impl SyncPlan {
 
     /// Watches the collective call `op` of this plan on `comm`'s rank, with
     /// the plan's timeout, until the returned guard drops. O(1).
-    pub(super) fn watch<C: Collective + ?Sized>(&self, comm: &C, op: &'static str) -> Watch {
+    pub(in crate::ranks) fn watch<C: Collective + ?Sized>(
+        &self,
+        comm: &C,
+        op: &'static str,
+    ) -> Watch {
         Watch::arm(comm.rank(), op, &self.watched, self.timeout)
     }
 
     /// What the watchdog names for this plan, and its timeout, for calls
     /// that finish the plan's work later (a save beside training). O(1).
-    pub(super) fn watched(&self) -> (Arc<str>, Option<Duration>) {
+    pub(in crate::ranks) fn watched(&self) -> (Arc<str>, Option<Duration>) {
         (Arc::clone(&self.watched), self.timeout)
     }
 
@@ -223,7 +227,11 @@ impl SyncPlan {
     /// # Errors
     /// [`Error::Changed`] when it no longer holds its planned type and
     /// length.
-    pub(super) fn slot_bytes<'t>(&self, tree: &'t ScopeTree, i: usize) -> Result<&'t [u8], Error> {
+    pub(in crate::ranks) fn slot_bytes<'t>(
+        &self,
+        tree: &'t ScopeTree,
+        i: usize,
+    ) -> Result<&'t [u8], Error> {
         let s = self.slots[i];
         match (s.access.bytes)(tree, s.id) {
             Ok(b) if b.len() == s.nbytes => Ok(b),
@@ -248,7 +256,7 @@ impl SyncPlan {
         &self.manifest
     }
 
-    /// The partition of the plan's [sliced state](super::SlicedState)
+    /// The partition of the plan's [sliced state](crate::ranks::SlicedState)
     /// across the ranks: rank `r` holds, for each of its
     /// [`pieces`](Partition::pieces), that piece of every state tensor of
     /// the variable the piece names (an index among the variables that
@@ -318,7 +326,7 @@ impl SyncPlan {
     }
 
     /// The most bytes one broadcast of the plan moves. O(1).
-    pub(super) fn byte_cap(&self) -> usize {
+    pub(in crate::ranks) fn byte_cap(&self) -> usize {
         self.byte_cap
     }
 
@@ -337,7 +345,7 @@ impl SyncPlan {
     /// Checks that every variable still holds its planned type and length,
     /// then exchanges the outcome with every rank. O(variables + world
     /// size); allocates only on failure.
-    pub(super) fn check_slots<C: Collective + ?Sized>(
+    pub(in crate::ranks) fn check_slots<C: Collective + ?Sized>(
         &mut self,
         comm: &C,
         tree: &ScopeTree,
@@ -456,7 +464,7 @@ impl SyncPlan {
 
     /// [`Error::Unsupported`] naming the first variable of the plan that a
     /// reduction cannot take (not `f32` or `f64`). O(1).
-    pub(super) fn require_floats(&self, tree: &ScopeTree) -> Result<(), Error> {
+    pub(in crate::ranks) fn require_floats(&self, tree: &ScopeTree) -> Result<(), Error> {
         match self.first_not_float {
             None => Ok(()),
             Some(i) => Err(Error::Unsupported {

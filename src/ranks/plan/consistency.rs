@@ -3,7 +3,7 @@
 //! differ and the ranks on each side.
 
 use super::agree::settle;
-use super::error::Error;
+use crate::ranks::error::Error;
 use crate::ranks::transport::collective::{Collective, Digest};
 use crate::ranks::vars::checksum::VarHash;
 use crate::ranks::vars::manifest::Manifest;
@@ -11,7 +11,7 @@ use crate::ranks::vars::manifest::Manifest;
 /// The consistency check across ranks once each rank has hashed its values
 /// (`digests`, one per variable of `manifest`, and their digest `local`):
 /// see [`SyncPlan::check_consistency`]. A collective call.
-pub(super) fn compare_values<C: Collective + ?Sized>(
+pub(in crate::ranks) fn compare_values<C: Collective + ?Sized>(
     comm: &C,
     gathered: &mut [Digest],
     digests: &[VarHash],

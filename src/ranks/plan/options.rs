@@ -53,7 +53,7 @@ pub enum Reduce {
     Mean,
 }
 
-/// Options of a [`SyncPlan`](super::SyncPlan).
+/// Options of a [`SyncPlan`](crate::ranks::SyncPlan).
 ///
 /// ```
 /// use scopetree::ranks::{PlanOptions, DEFAULT_BUCKET_BYTES};
@@ -62,13 +62,13 @@ pub enum Reduce {
 /// ```
 #[derive(Clone)]
 pub struct PlanOptions {
-    pub(super) bucket_bytes: usize,
-    pub(super) filter: Option<Filter>,
-    pub(super) scratch: Option<Filter>,
-    pub(super) timeout: Option<Duration>,
-    pub(super) sliced: Option<SlicedState>,
-    pub(super) direct_bytes: usize,
-    pub(super) bucket_buffers: usize,
+    pub(in crate::ranks) bucket_bytes: usize,
+    pub(in crate::ranks) filter: Option<Filter>,
+    pub(in crate::ranks) scratch: Option<Filter>,
+    pub(in crate::ranks) timeout: Option<Duration>,
+    pub(in crate::ranks) sliced: Option<SlicedState>,
+    pub(in crate::ranks) direct_bytes: usize,
+    pub(in crate::ranks) bucket_buffers: usize,
 }
 
 impl std::fmt::Debug for PlanOptions {
@@ -115,8 +115,8 @@ impl PlanOptions {
     /// [`SaveOptions::filter`](crate::checkpoint::SaveOptions::filter) keeps
     /// keys: for example the gradients among an optimizer's state, or the
     /// parameters and optimizer state without the workers' scratch. The
-    /// plan's checkpoints ([`SyncPlan::save_on_root`](super::SyncPlan::save_on_root),
-    /// [`SyncPlan::load_on_all`](super::SyncPlan::load_on_all)) use the same filter. O(1).
+    /// plan's checkpoints ([`SyncPlan::save_on_root`](crate::ranks::SyncPlan::save_on_root),
+    /// [`SyncPlan::load_on_all`](crate::ranks::SyncPlan::load_on_all)) use the same filter. O(1).
     ///
     /// ```
     /// use scopetree::{ScopeTree, ranks::{PlanOptions, SingleProcess, SyncPlan}};
@@ -140,7 +140,7 @@ impl PlanOptions {
     /// Marks the plan's variables whose full name `is_scratch` accepts as
     /// scratch: the plan synchronises them like the others (broadcast,
     /// all-reduce, consistency check), but its checkpoints
-    /// ([`SyncPlan::save_on_root`](super::SyncPlan::save_on_root), [`SyncPlan::load_on_all`](super::SyncPlan::load_on_all)) leave them
+    /// ([`SyncPlan::save_on_root`](crate::ranks::SyncPlan::save_on_root), [`SyncPlan::load_on_all`](crate::ranks::SyncPlan::load_on_all)) leave them
     /// out, so that a checkpoint holds what a resume needs and nothing
     /// transient. Gradients (Paddle's `@GRAD` suffix) are the usual scratch:
     /// under ZeRO each rank holds partly reduced sums there, so saving them
@@ -174,11 +174,11 @@ impl PlanOptions {
 
     /// Optimizer state that the ranks hold sliced (ZeRO stage 1), saved and
     /// loaded with the plan's variables: see [`SlicedState`]. The plan's
-    /// [`state_partition`](super::SyncPlan::state_partition) says which
+    /// [`state_partition`](crate::ranks::SyncPlan::state_partition) says which
     /// piece of each tensor each rank holds;
-    /// [`save_shards`](super::SyncPlan::save_shards) writes the state as
+    /// [`save_shards`](crate::ranks::SyncPlan::save_shards) writes the state as
     /// whole tensors under an index of its own, and
-    /// [`load_shards`](super::SyncPlan::load_shards) cuts it again for the
+    /// [`load_shards`](crate::ranks::SyncPlan::load_shards) cuts it again for the
     /// loading ranks. O(1).
     ///
     /// ```
@@ -223,12 +223,12 @@ impl PlanOptions {
     /// The longest a collective call of the plan may take (default
     /// [`DEFAULT_TIMEOUT`], 10 minutes): a call still running when it has
     /// passed ends the process, after one line on stderr that names the
-    /// rank, the call, the scope and the step (see [`Watch`](super::Watch)),
+    /// rank, the call, the scope and the step (see [`Watch`](crate::ranks::Watch)),
     /// so that `mpirun` ends the job instead of hanging on a stalled rank.
     /// It covers the whole call, the local work included (a root's write
-    /// in [`save_on_root`](super::SyncPlan::save_on_root) while the other
+    /// in [`save_on_root`](crate::ranks::SyncPlan::save_on_root) while the other
     /// ranks wait): set it above the longest such call. A timeout of zero is
-    /// [`Error::BadOption`](super::Error::BadOption) when the plan is built.
+    /// [`Error::BadOption`](crate::ranks::Error::BadOption) when the plan is built.
     /// O(1).
     ///
     /// ```
@@ -270,7 +270,7 @@ impl PlanOptions {
 
     /// Whether the plan keeps the variable `key` (no filter keeps all). O(filter).
     #[cfg(feature = "candle")]
-    pub(super) fn keeps(&self, key: &str) -> bool {
+    pub(in crate::ranks) fn keeps(&self, key: &str) -> bool {
         self.filter.as_ref().is_none_or(|keep| keep(key))
     }
 
@@ -333,7 +333,7 @@ impl PlanOptions {
         self.direct_bytes
     }
 
-    pub(super) fn cap(&self, size: usize) -> usize {
+    pub(in crate::ranks) fn cap(&self, size: usize) -> usize {
         (self.bucket_bytes / size).clamp(1, MAX_COUNT)
     }
 }

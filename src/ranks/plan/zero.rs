@@ -4,10 +4,10 @@
 //! rank updated its slice.
 
 use super::agree::{Same, show_count};
-use super::error::Error;
 use super::options::Reduce;
-use super::plan::SyncPlan;
+use super::sync_plan::SyncPlan;
 use crate::ScopeTree;
+use crate::ranks::error::Error;
 use crate::ranks::layout::partition::Partition;
 use crate::ranks::transport::collective::Collective;
 
@@ -34,7 +34,7 @@ impl SyncPlan {
     /// Sums (or averages, [`Reduce::Mean`]) the variables over the ranks so
     /// that each rank ends with the reduced values of its own slice
     /// ([`partition`](Self::partition)). A piece of a slice of at least
-    /// [`PlanOptions::direct_bytes`](super::PlanOptions::direct_bytes) is
+    /// [`PlanOptions::direct_bytes`](crate::ranks::PlanOptions::direct_bytes) is
     /// summed from its variable's own buffer to its owner (`MPI_Reduce`, in
     /// chunks of the bucket) into a spare buffer, which then becomes the
     /// variable when the piece is all of it (no copy), or is copied into
@@ -90,7 +90,7 @@ impl SyncPlan {
     /// from that rank to every rank: after each rank updated the parameters
     /// of its own slice, every rank holds all the updated parameters (any
     /// dtype the plan holds). A piece of at least
-    /// [`PlanOptions::direct_bytes`](super::PlanOptions::direct_bytes) is
+    /// [`PlanOptions::direct_bytes`](crate::ranks::PlanOptions::direct_bytes) is
     /// broadcast from its owner in place, in chunks of the bucket (no
     /// copy); the smaller pieces go through one `MPI_Allgather` of bytes,
     /// each rank's padded to the largest rank's. A collective call. The

@@ -3,8 +3,8 @@
 //! a failure or a differing argument is an error on every rank instead of a
 //! hang; and how a plan starts ([`start`]).
 
-use super::error::Error;
 use super::options::{PlanOptions, Reduce};
+use crate::ranks::error::Error;
 use crate::ranks::transport::collective::{Collective, DIGEST_BYTES, Digest};
 use crate::ranks::vars::manifest::Manifest;
 
@@ -66,7 +66,7 @@ pub(crate) fn show_count(v: u64) -> String {
 
 impl Reduce {
     /// The reduction as an argument every rank must pass alike.
-    pub(super) fn same(self) -> Same {
+    pub(in crate::ranks) fn same(self) -> Same {
         let code = match self {
             Reduce::Sum => 0,
             Reduce::Mean => 1,
@@ -76,7 +76,7 @@ impl Reduce {
 }
 
 /// A [`Reduce`] sent as a number, as a message shows it.
-pub(super) fn show_reduce(v: u64) -> String {
+pub(in crate::ranks) fn show_reduce(v: u64) -> String {
     match v {
         0 => "Reduce::Sum".to_owned(),
         1 => "Reduce::Mean".to_owned(),
@@ -89,7 +89,7 @@ pub(super) fn show_reduce(v: u64) -> String {
 /// returned) and the bucket sizes, then agrees on the manifest `of`
 /// `local`'s value. Returns the value and a buffer of one digest per rank.
 /// A collective call.
-pub(super) fn start<C: Collective + ?Sized, T>(
+pub(in crate::ranks) fn start<C: Collective + ?Sized, T>(
     comm: &C,
     opts: &PlanOptions,
     local: Result<T, Error>,

@@ -3,9 +3,9 @@
 //! a bucket, moving it, and copying it back.
 
 use super::buckets::Buckets;
-use super::error::Error;
 use super::options::{PlanOptions, Reduce};
 use crate::checkpoint::Dtype;
+use crate::ranks::error::Error;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::transport::pipeline::Pipeline;
 use crate::ranks::vars::values::{Direct, Float, Values, cast};
@@ -15,7 +15,7 @@ use crate::ranks::vars::values::{Direct, Float, Values, cast};
 /// [`PlanOptions::direct_bytes`] sent from their own buffers into spare
 /// buffers, which then take their place.
 #[derive(Default)]
-pub(super) struct Lane<F> {
+pub(in crate::ranks) struct Lane<F> {
     buckets: Buckets,
     /// The variables sent from their own buffers, each with its spare.
     direct: Vec<Spare<F>>,
@@ -43,7 +43,10 @@ impl<F: Float> Lane<F> {
     /// bytes, in plan order), and the variables sent from their own
     /// buffers. O(variables + buckets); allocates the two buffers of one
     /// bucket (at most the fused variables' bytes).
-    pub(super) fn new(vars: impl Iterator<Item = (Dtype, usize)>, opts: &PlanOptions) -> Self {
+    pub(in crate::ranks) fn new(
+        vars: impl Iterator<Item = (Dtype, usize)>,
+        opts: &PlanOptions,
+    ) -> Self {
         let size = std::mem::size_of::<F>();
         let mut fused = Vec::new();
         let mut direct = Vec::new();
@@ -86,12 +89,12 @@ impl<F: Float> Lane<F> {
 
     /// Whether the plan's variable `var` is sent from its own buffer. O(1).
     #[cfg(feature = "candle")]
-    pub(super) fn is_direct(&self, var: usize) -> bool {
+    pub(in crate::ranks) fn is_direct(&self, var: usize) -> bool {
         self.is_direct.get(var).copied().unwrap_or(false)
     }
 
     /// How many all-reduce calls one reduction makes. O(direct variables).
-    pub(super) fn calls(&self) -> usize {
+    pub(in crate::ranks) fn calls(&self) -> usize {
         let direct: usize = self.direct.iter().map(|d| d.len.div_ceil(self.cap)).sum();
         self.buckets.buckets.len() + direct
     }
@@ -101,7 +104,7 @@ impl<F: Float> Lane<F> {
     /// their buffers into their spares, which they then take. The first
     /// call allocates the spares; later ones allocate nothing on a tree.
     /// O(bytes) of copies for the fused variables only.
-    pub(super) fn reduce<C: Collective + ?Sized>(
+    pub(in crate::ranks) fn reduce<C: Collective + ?Sized>(
         &mut self,
         comm: &C,
         values: &mut impl Direct,
@@ -186,7 +189,7 @@ impl<F: Float, V: Values> Pipeline<F> for Fused<'_, F, V> {
 /// Copies every variable's bytes on rank `root` to every rank, one bucket
 /// of at most `cap` bytes per broadcast; `nbytes` gives the variables'
 /// sizes in plan order. Allocates one bucket. O(bytes) per rank.
-pub(super) fn broadcast_values<C: Collective + ?Sized>(
+pub(in crate::ranks) fn broadcast_values<C: Collective + ?Sized>(
     comm: &C,
     root: usize,
     nbytes: impl Iterator<Item = usize>,
