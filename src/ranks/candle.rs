@@ -13,10 +13,10 @@ use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor, Var};
 
 use super::candle_in_place::{SwapIn, all_distinct, storage_at};
-use super::checkpoint::header_fits;
 use super::error::Error;
 use crate::candle::CandleStore;
 use crate::checkpoint::{self, Dtype, LoadOptions, LoadReport, SaveReport};
+use crate::ranks::checkpoints::checkpoint::header_fits;
 use crate::ranks::plan::agree::{Same, settle, show_count, start};
 use crate::ranks::plan::bucketed::{Lane, broadcast_values};
 use crate::ranks::plan::consistency::compare_values;

@@ -13,13 +13,13 @@ use rustc_hash::FxHashSet;
 
 use super::candle::{CandlePlan, candle, check_file};
 use super::error::Error;
-use super::shards::{
+use crate::candle::CandleStore;
+use crate::checkpoint::{self, Checkpointable, Dtype, LoadOptions, SaveOptions, sync_file};
+use crate::ranks::checkpoints::shards::{
     Prepared, ShardedLoad, ShardedSave, checksum_entry, cut_whole, make_dir, name_save, publish,
     same_floats, shard_meta, written,
 };
-use super::state_shards::Files;
-use crate::candle::CandleStore;
-use crate::checkpoint::{self, Checkpointable, Dtype, LoadOptions, SaveOptions, sync_file};
+use crate::ranks::checkpoints::state_shards::Files;
 use crate::ranks::plan::agree::settle;
 use crate::ranks::plan::bucketed::broadcast_values;
 use crate::ranks::transport::collective::Collective;

@@ -59,10 +59,10 @@
 //! | `plan/scatter.rs` | the buffers and copies of ZeRO's reduce-scatter and all-gather |
 //! | `plan/sync_plan.rs` | [`SyncPlan`]: agreement, broadcast, all-reduce, consistency |
 //! | `plan/zero.rs` | [`SyncPlan`]'s partitioned exchange (ZeRO stage 1) |
-//! | `checkpoint.rs` | [`SyncPlan`]'s checkpoints on one rank: `save_on_root`, `load_on_all` |
-//! | `shards.rs` | [`SyncPlan`]'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
-//! | `manager.rs` | [`CheckpointManager`]: a step per directory, the latest pointer, keep-last-K |
-//! | `async_save.rs` | [`AsyncSaver`]: saves written by a background thread beside training |
+//! | `checkpoints/checkpoint.rs` | [`SyncPlan`]'s checkpoints on one rank: `save_on_root`, `load_on_all` |
+//! | `checkpoints/shards.rs` | [`SyncPlan`]'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
+//! | `checkpoints/manager.rs` | [`CheckpointManager`]: a step per directory, the latest pointer, keep-last-K |
+//! | `checkpoints/async_save.rs` | [`AsyncSaver`]: saves written by a background thread beside training |
 //! | `candle.rs` | `CandlePlan` (feature `candle`) |
 //! | `candle_in_place.rs` | the in-place swap of `CandlePlan::all_reduce_in_place` |
 //! | `candle_shards.rs` | `CandlePlan`'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
@@ -97,35 +97,31 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod async_save;
 #[cfg(feature = "candle")]
 mod candle;
 #[cfg(feature = "candle")]
 mod candle_in_place;
 #[cfg(feature = "candle")]
 mod candle_shards;
-mod checkpoint;
+mod checkpoints;
 mod error;
 mod layout;
-mod manager;
 mod plan;
-mod shards;
-mod state_shards;
 mod transport;
 mod vars;
 
-pub use async_save::AsyncSaver;
 #[cfg(feature = "candle")]
 pub use candle::CandlePlan;
+pub use checkpoints::async_save::AsyncSaver;
+pub use checkpoints::manager::{CheckpointManager, LATEST_FILE};
+pub use checkpoints::shards::{ShardedLoad, ShardedSave};
 pub use error::Error;
 pub use layout::partition::{Partition, Piece};
 pub use layout::sliced::SlicedState;
-pub use manager::{CheckpointManager, LATEST_FILE};
 pub use plan::options::{
     DEFAULT_BUCKET_BUFFERS, DEFAULT_BUCKET_BYTES, DEFAULT_DIRECT_BYTES, PlanOptions, Reduce,
 };
 pub use plan::sync_plan::SyncPlan;
-pub use shards::{ShardedLoad, ShardedSave};
 pub use transport::collective::{Collective, DIGEST_BYTES, Digest, SingleProcess};
 pub use transport::pipeline::Pipeline;
 pub use transport::watchdog::{DEFAULT_TIMEOUT, STALL_EXIT_CODE, Watch};

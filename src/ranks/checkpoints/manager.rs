@@ -4,10 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::error::Error;
 use super::shards::{ShardedLoad, ShardedSave};
 use crate::ScopeTree;
 use crate::checkpoint::{self, INDEX_FILE, SaveOptions, write_atomic};
+use crate::ranks::error::Error;
 use crate::ranks::plan::agree::settle;
 use crate::ranks::plan::sync_plan::SyncPlan;
 use crate::ranks::transport::collective::{Collective, DIGEST_BYTES};
@@ -224,7 +224,7 @@ impl CheckpointManager {
     /// Once `step`'s checkpoint is whole on every rank: rank 0 points
     /// [`LATEST_FILE`] at it (an atomic rename) and removes old checkpoints;
     /// the ranks exchange the outcome. A collective call.
-    pub(super) fn point_at<C: Collective + ?Sized>(
+    pub(in crate::ranks) fn point_at<C: Collective + ?Sized>(
         &self,
         comm: &C,
         step: u64,

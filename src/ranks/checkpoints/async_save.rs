@@ -11,12 +11,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::error::Error;
 use super::manager::CheckpointManager;
 use super::shards::{Prepared, ShardedSave, publish};
 use super::state_shards::{StateFile, write_flushed};
 use crate::ScopeTree;
 use crate::checkpoint::{self, Dtype, SaveOptions};
+use crate::ranks::error::Error;
 use crate::ranks::plan::sync_plan::SyncPlan;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::transport::watchdog::Watch;
@@ -182,7 +182,7 @@ impl AsyncSaver {
     }
 
     /// The bytes of staging memory this rank holds (its part of the last
-    /// save, and the whole [sliced-state](super::SlicedState) tensors it
+    /// save, and the whole [sliced-state](crate::ranks::SlicedState) tensors it
     /// wrote, kept for the next). O(1).
     ///
     /// ```

@@ -3,11 +3,11 @@
 
 use std::path::Path;
 
-use super::error::Error;
 use crate::ScopeTree;
 use crate::checkpoint::{
     self, Dtype, LoadOptions, LoadReport, Mismatch, SaveOptions, SaveReport, Separator,
 };
+use crate::ranks::error::Error;
 use crate::ranks::plan::agree::{Same, settle, show_count};
 use crate::ranks::plan::sync_plan::SyncPlan;
 use crate::ranks::transport::collective::{Collective, DIGEST_BYTES, check_root};
@@ -147,7 +147,7 @@ impl SyncPlan {
     /// dtypes, and shapes (element counts for flat values). O(header).
     /// Checks the checkpoint at `path` (a file, an index or a directory)
     /// against the plan: see [`header_fits`]. O(headers + variables).
-    pub(super) fn check_file(&self, path: &Path) -> Result<(), Error> {
+    pub(in crate::ranks) fn check_file(&self, path: &Path) -> Result<(), Error> {
         let mut file = checkpoint::inspect(path)?;
         // Keys the plan's checkpoints leave out are ignored, as a load
         // ignores them.
@@ -168,7 +168,7 @@ impl SyncPlan {
 /// only the element count must match, in key order): the same keys, dtypes
 /// and shapes, else one [`Mismatch`](checkpoint::Error::Mismatch) naming
 /// every difference. O(header + sort).
-pub(super) fn header_fits<'a>(
+pub(in crate::ranks) fn header_fits<'a>(
     path: &Path,
     mut file: Vec<checkpoint::FileTensor>,
     mine: impl Iterator<Item = (&'a str, Dtype, &'a [usize], bool)>,

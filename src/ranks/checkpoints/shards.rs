@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashSet;
 
-use super::error::Error;
 use super::state_shards::{Files, PreparedState};
 use crate::ScopeTree;
 use crate::checkpoint::{
@@ -18,6 +17,7 @@ use crate::checkpoint::{
     SaveOptions, Separator, index_json, is_convertible_float, new_save_id, shard_name, sync_file,
     write_atomic,
 };
+use crate::ranks::error::Error;
 use crate::ranks::layout::slices::scatter_whole;
 use crate::ranks::plan::agree::{Same, settle, show_count};
 use crate::ranks::plan::bucketed::broadcast_values;
@@ -56,7 +56,7 @@ pub struct ShardedSave {
     pub keys: Vec<String>,
     /// The tensor bytes of this rank's shard, as written.
     pub bytes: u64,
-    /// The shard of [sliced state](super::SlicedState) this rank wrote, if
+    /// The shard of [sliced state](crate::ranks::SlicedState) this rank wrote, if
     /// any (`optimizer-0000k-of-0000N.safetensors`).
     pub state_shard: Option<String>,
     /// The keys of this rank's state shard, in key order.
@@ -87,7 +87,7 @@ pub struct ShardedLoad {
     pub keys: Vec<String>,
     /// The tensor bytes this rank read.
     pub bytes: u64,
-    /// The [sliced state](super::SlicedState)'s tensors this rank read
+    /// The [sliced state](crate::ranks::SlicedState)'s tensors this rank read
     /// whole (it sent the other ranks their pieces), in key order.
     pub state_keys: Vec<String>,
     /// Their bytes.
@@ -99,7 +99,7 @@ pub struct ShardedLoad {
 /// falls in, so no range holds much more than `total / parts` plus one
 /// item. Some ranges are empty when a few items are large; `parts` below 1
 /// counts as 1. O(items).
-pub(super) fn cut_whole(sizes: &[u64], parts: usize) -> Vec<Range<usize>> {
+pub(in crate::ranks) fn cut_whole(sizes: &[u64], parts: usize) -> Vec<Range<usize>> {
     let parts = parts.max(1);
     let total: u64 = sizes.iter().sum();
     let mut ranges = vec![0..0; parts];
@@ -132,7 +132,7 @@ pub(super) fn cut_whole(sizes: &[u64], parts: usize) -> Vec<Range<usize>> {
 
 /// The dtype a tensor of `dtype` is written in under
 /// [`SaveOptions::floats_as`]. O(1).
-pub(super) fn written(dtype: Dtype, floats_as: Option<Dtype>) -> Dtype {
+pub(in crate::ranks) fn written(dtype: Dtype, floats_as: Option<Dtype>) -> Dtype {
     match floats_as {
         Some(to) if is_convertible_float(dtype) => to,
         _ => dtype,
@@ -140,23 +140,23 @@ pub(super) fn written(dtype: Dtype, floats_as: Option<Dtype>) -> Dtype {
 }
 
 /// A save under way: its id, its shards, and which variables each holds.
-pub(super) struct Prepared {
+pub(in crate::ranks) struct Prepared {
     /// The save's id, stamped on every shard and the index.
-    pub(super) save_id: String,
+    pub(in crate::ranks) save_id: String,
     /// Every shard's file name, in order.
-    pub(super) shards: Vec<String>,
+    pub(in crate::ranks) shards: Vec<String>,
     /// The saved variables of each shard, as ranges of `indices`.
-    pub(super) ranges: Vec<Range<usize>>,
+    pub(in crate::ranks) ranges: Vec<Range<usize>>,
     /// The shard this rank writes, if any: shard `k` is rank `k`'s.
-    pub(super) mine: Option<usize>,
+    pub(in crate::ranks) mine: Option<usize>,
     /// The saved variables, as indices into the plan's slots, in key order.
-    pub(super) indices: Vec<usize>,
+    pub(in crate::ranks) indices: Vec<usize>,
     /// Their bytes as written.
-    pub(super) sizes: Vec<u64>,
+    pub(in crate::ranks) sizes: Vec<u64>,
     /// Their keys.
-    pub(super) keys: Vec<String>,
+    pub(in crate::ranks) keys: Vec<String>,
     /// The sliced state's tensors and shards, if the plan has any.
-    pub(super) state: Option<PreparedState>,
+    pub(in crate::ranks) state: Option<PreparedState>,
 }
 
 impl Prepared {
@@ -165,7 +165,7 @@ impl Prepared {
     /// of a world of `size` ranks, of about equal bytes, fewer when there
     /// are fewer variables than ranks; names the shards, stamped with
     /// `save_id`, and picks rank `rank`'s. O(variables).
-    pub(super) fn new(
+    pub(in crate::ranks) fn new(
         rank: usize,
         size: usize,
         save_id: String,
@@ -191,20 +191,20 @@ impl Prepared {
     }
 
     /// The same save with the sliced state `state`. O(1).
-    pub(super) fn with_state(mut self, state: Option<PreparedState>) -> Self {
+    pub(in crate::ranks) fn with_state(mut self, state: Option<PreparedState>) -> Self {
         self.state = state;
         self
     }
 
     /// The saved variables of this rank's shard, as a range of `indices`
     /// (empty when it writes none). O(1).
-    pub(super) fn my_range(&self) -> Range<usize> {
+    pub(in crate::ranks) fn my_range(&self) -> Range<usize> {
         self.mine.map_or(0..0, |k| self.ranges[k].clone())
     }
 
     /// What this rank's save reports, before its shard is written. O(keys
     /// of the shard).
-    pub(super) fn report(&self) -> ShardedSave {
+    pub(in crate::ranks) fn report(&self) -> ShardedSave {
         let range = self.my_range();
         ShardedSave {
             shards: self.shards.clone(),
@@ -220,7 +220,7 @@ impl Prepared {
 /// their shard's write (`written`); when every shard is on disk, rank 0
 /// writes the index into `dir`, atomically, last, and the ranks exchange
 /// that outcome too. A collective call.
-pub(super) fn publish<C: Collective + ?Sized>(
+pub(in crate::ranks) fn publish<C: Collective + ?Sized>(
     comm: &C,
     dir: &Path,
     prepared: &Prepared,
@@ -261,7 +261,7 @@ pub(super) fn publish<C: Collective + ?Sized>(
 }
 
 /// Makes the directory `dir` of a save. O(path depth).
-pub(super) fn make_dir(dir: &Path) -> Result<(), Error> {
+pub(in crate::ranks) fn make_dir(dir: &Path) -> Result<(), Error> {
     std::fs::create_dir_all(dir)
         .map_err(checkpoint::Error::io(&dir.to_string_lossy()))
         .map_err(Error::from)
@@ -269,7 +269,7 @@ pub(super) fn make_dir(dir: &Path) -> Result<(), Error> {
 
 /// `opts`' [`floats_as`](SaveOptions::floats_as), as an argument every
 /// rank must pass alike. O(1).
-pub(super) fn same_floats(opts: &SaveOptions) -> Same {
+pub(in crate::ranks) fn same_floats(opts: &SaveOptions) -> Same {
     (
         "float dtypes",
         opts.floats_as.map_or(0, |d| d.bitsize() as u64 + 1),
@@ -279,7 +279,7 @@ pub(super) fn same_floats(opts: &SaveOptions) -> Same {
 
 /// Names a save on every rank: rank 0 makes the id and broadcasts it, so
 /// every rank stamps its shard with the same. A collective call.
-pub(super) fn name_save<C: Collective + ?Sized>(comm: &C) -> Result<String, Error> {
+pub(in crate::ranks) fn name_save<C: Collective + ?Sized>(comm: &C) -> Result<String, Error> {
     let mut id = [0_u8; SAVE_ID_BYTES];
     if comm.rank() == 0 {
         let mine = new_save_id();
@@ -293,14 +293,14 @@ pub(super) fn name_save<C: Collective + ?Sized>(comm: &C) -> Result<String, Erro
 
 /// The metadata entry of the checksum of the tensor `key` of `bytes` (see
 /// [`CHECKSUM_PREFIX`]). O(bytes).
-pub(super) fn checksum_entry(key: &str, bytes: &[u8]) -> (String, String) {
+pub(in crate::ranks) fn checksum_entry(key: &str, bytes: &[u8]) -> (String, String) {
     let sum = hash_bytes(bytes);
     (format!("{CHECKSUM_PREFIX}{key}"), format!("{sum:032x}"))
 }
 
 /// The metadata of a shard: `opts`' own, `"format": "pt"`, the save's id
 /// and the checksums `sums` (see [`checksum_entry`]). O(entries).
-pub(super) fn shard_meta(
+pub(in crate::ranks) fn shard_meta(
     opts: &SaveOptions,
     save_id: &str,
     sums: Vec<(String, String)>,
@@ -355,7 +355,7 @@ impl SyncPlan {
 
     /// Saves the plan's variables into the directory `dir` as a Hugging
     /// Face sharded checkpoint, every rank writing one shard in parallel: the
-    /// variables (less [scratch](super::PlanOptions::scratch)), in key
+    /// variables (less [scratch](crate::ranks::PlanOptions::scratch)), in key
     /// order, are cut into one shard of whole tensors per rank, of about
     /// equal bytes (fewer shards when there are fewer variables than
     /// ranks), and rank `k` writes `model-0000k-of-0000N.safetensors`
@@ -370,8 +370,8 @@ impl SyncPlan {
     /// are; [`load_shards`](Self::load_shards) reads them at any number of
     /// ranks.
     ///
-    /// With [sliced state](super::SlicedState)
-    /// ([`PlanOptions::sliced_state`](super::PlanOptions::sliced_state)),
+    /// With [sliced state](crate::ranks::SlicedState)
+    /// ([`PlanOptions::sliced_state`](crate::ranks::PlanOptions::sliced_state)),
     /// the state's tensors are written whole beside the parameters, under
     /// `optimizer.safetensors.index.json` and its shards
     /// `optimizer-0000k-of-0000N.safetensors`: each tensor by the rank that
@@ -471,7 +471,7 @@ impl SyncPlan {
     /// The start of a save on every rank: checks the plan and the options,
     /// makes `dir`, names the save (rank 0's id, broadcast) and cuts the
     /// plan's variables into one shard per rank. A collective call.
-    pub(super) fn prepare_save<C: Collective + ?Sized>(
+    pub(in crate::ranks) fn prepare_save<C: Collective + ?Sized>(
         &mut self,
         comm: &C,
         tree: &ScopeTree,
@@ -499,7 +499,7 @@ impl SyncPlan {
     /// `prepared`): `opts`' own, `"format": "pt"`, the save's id, and the
     /// checksum of each tensor written as it is held (not converted by
     /// `floats_as`). O(bytes of the shard).
-    pub(super) fn shard_metadata(
+    pub(in crate::ranks) fn shard_metadata(
         &self,
         tree: &ScopeTree,
         prepared: &Prepared,
@@ -531,7 +531,7 @@ impl SyncPlan {
     /// copy back. O(headers + variables + bytes of this rank's part) read;
     /// memory: this rank's part's old values plus one bucket.
     ///
-    /// With [sliced state](super::SlicedState), each rank also checks that
+    /// With [sliced state](crate::ranks::SlicedState), each rank also checks that
     /// its tree holds exactly the pieces the plan's
     /// [`state_partition`](Self::state_partition) gives it, each state
     /// tensor is read whole (and its checksum checked) by the rank that
@@ -733,7 +733,7 @@ impl SyncPlan {
 }
 
 /// No argument to compare: every rank sends 0.
-pub(super) fn no_argument() -> Same {
+pub(in crate::ranks) fn no_argument() -> Same {
     ("arguments", 0, show_count)
 }
 

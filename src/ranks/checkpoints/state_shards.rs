@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashMap;
 
-use super::error::Error;
 use crate::ScopeTree;
 use crate::checkpoint::{
     self, CHECKSUM_PREFIX, Dtype, INDEX_FILE, OPTIMIZER_INDEX_FILE, Opened, SAVE_ID, Staged,
     open_checkpoint, shard_file, sync_file, write_tensors,
 };
+use crate::ranks::error::Error;
 use crate::ranks::layout::sliced::BoundState;
 use crate::ranks::layout::slices::gather_whole;
 use crate::ranks::plan::agree::Same;
@@ -25,37 +25,37 @@ use crate::ranks::vars::checksum::hash_bytes;
 use crate::ranks::vars::values::Slot;
 
 /// The sliced state of a save under way: its tensors and their shards.
-pub(super) struct PreparedState {
-    pub(super) bound: BoundState,
+pub(in crate::ranks) struct PreparedState {
+    pub(in crate::ranks) bound: BoundState,
     /// Every shard's file name, in order.
-    pub(super) shards: Vec<String>,
+    pub(in crate::ranks) shards: Vec<String>,
     /// Per tensor (as `bound.tensors`): its shard, an index into `shards`.
-    pub(super) shard_of: Vec<usize>,
+    pub(in crate::ranks) shard_of: Vec<usize>,
     /// The shard this rank writes, if it holds any tensor.
-    pub(super) mine: Option<usize>,
+    pub(in crate::ranks) mine: Option<usize>,
     /// The state's bytes in all.
-    pub(super) total: u64,
+    pub(in crate::ranks) total: u64,
 }
 
 /// One staged shard of state: its tensors' keys, dtypes and shapes, where
 /// each one's bytes are (a staging buffer, or `None` for its variable's
 /// own), its metadata and file name.
-pub(super) struct StateFile {
-    pub(super) tensors: Vec<(String, Dtype, Vec<usize>)>,
+pub(in crate::ranks) struct StateFile {
+    pub(in crate::ranks) tensors: Vec<(String, Dtype, Vec<usize>)>,
     /// Per tensor: its staging buffer, or `None` for the bytes of its
     /// variable (this rank's whole piece), in `slots`.
-    pub(super) buffers: Vec<Option<usize>>,
+    pub(in crate::ranks) buffers: Vec<Option<usize>>,
     /// Per tensor: this rank's variable of it, if it holds the whole.
-    pub(super) slots: Vec<Option<Slot>>,
-    pub(super) metadata: HashMap<String, String>,
-    pub(super) name: String,
+    pub(in crate::ranks) slots: Vec<Option<Slot>>,
+    pub(in crate::ranks) metadata: HashMap<String, String>,
+    pub(in crate::ranks) name: String,
 }
 
 impl StateFile {
     /// Writes the shard into `dir`, atomically, and flushes it to the disk:
     /// each tensor from its staging buffer in `buffers`, or from its
     /// variable in `tree` (given when some tensor is not staged). O(bytes).
-    pub(super) fn write(
+    pub(in crate::ranks) fn write(
         &self,
         dir: &Path,
         tree: Option<&ScopeTree>,
@@ -75,7 +75,7 @@ impl StateFile {
     }
 
     /// The bytes of the state this shard holds. O(tensors).
-    pub(super) fn bytes(&self) -> u64 {
+    pub(in crate::ranks) fn bytes(&self) -> u64 {
         self.tensors
             .iter()
             .map(|(_, d, s)| (s.iter().product::<usize>() * d.bitsize() / 8) as u64)
@@ -87,7 +87,7 @@ impl StateFile {
 /// `path` as the checkpoint layer writes a tree's (floats converted to
 /// `floats_as`, atomically, with `metadata`), then flushes the file to the
 /// disk. O(bytes).
-pub(super) fn write_flushed<'a>(
+pub(in crate::ranks) fn write_flushed<'a>(
     tensors: &'a [(String, Dtype, Vec<usize>)],
     bytes: impl IntoIterator<Item = &'a [u8]>,
     floats_as: Option<Dtype>,
@@ -120,7 +120,7 @@ impl SyncPlan {
     ///
     /// # Errors
     /// As [`StateLayout::bind`](crate::ranks::layout::sliced::StateLayout::bind).
-    pub(super) fn bind_state(
+    pub(in crate::ranks) fn bind_state(
         &self,
         tree: &ScopeTree,
         rank: usize,
@@ -142,7 +142,7 @@ impl SyncPlan {
 
     /// Names the shards of the state bound in `bound` for `ranks` ranks:
     /// one per rank that holds a tensor, in rank order. O(tensors + ranks).
-    pub(super) fn prepare_state(
+    pub(in crate::ranks) fn prepare_state(
         &self,
         bound: BoundState,
         ranks: usize,
@@ -201,7 +201,7 @@ impl SyncPlan {
     /// # Errors
     /// A failed collective.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn stage_state<C: Collective + ?Sized>(
+    pub(in crate::ranks) fn stage_state<C: Collective + ?Sized>(
         &self,
         comm: &C,
         tree: &ScopeTree,
@@ -266,9 +266,9 @@ fn optimizer_index(path: &Path) -> Option<PathBuf> {
 /// A checkpoint's files, opened: the parameters' (a file, an index or a
 /// directory) and, beside them, the optimizer state's index if any. The
 /// files stay open, so the bytes read are those checked.
-pub(super) struct Files {
+pub(in crate::ranks) struct Files {
     /// Each opened checkpoint with the path a load reads it from.
-    pub(super) opened: Vec<(PathBuf, Opened)>,
+    pub(in crate::ranks) opened: Vec<(PathBuf, Opened)>,
     /// Where each tensor is: its file set's position and its own.
     at: FxHashMap<String, (usize, usize)>,
 }
@@ -280,7 +280,7 @@ impl Files {
     /// # Errors
     /// The checkpoint layer's: an unreadable file, a bad index, a missing
     /// or torn shard.
-    pub(super) fn open(path: &Path) -> Result<Self, Error> {
+    pub(in crate::ranks) fn open(path: &Path) -> Result<Self, Error> {
         let mut opened = vec![(path.to_owned(), open_checkpoint(path)?)];
         if let Some(index) = optimizer_index(path) {
             let o = open_checkpoint(&index)?;
@@ -296,7 +296,7 @@ impl Files {
     }
 
     /// Every tensor of the files. O(tensors).
-    pub(super) fn tensors(&self) -> Vec<checkpoint::FileTensor> {
+    pub(in crate::ranks) fn tensors(&self) -> Vec<checkpoint::FileTensor> {
         self.opened
             .iter()
             .flat_map(|(_, o)| o.tensors.iter().map(|(_, t)| t.clone()))
@@ -305,7 +305,7 @@ impl Files {
 
     /// Where tensor `key` is: the file set's position and the tensor's.
     /// O(1).
-    pub(super) fn find(&self, key: &str) -> Option<(usize, usize)> {
+    pub(in crate::ranks) fn find(&self, key: &str) -> Option<(usize, usize)> {
         self.at.get(key).copied()
     }
 
@@ -315,7 +315,7 @@ impl Files {
     /// # Errors
     /// [`Error::Corrupted`] when the bytes do not match; the checkpoint
     /// layer's for a file that cannot be read.
-    pub(super) fn read_checked(&self, key: &str, into: &mut [u8]) -> Result<(), Error> {
+    pub(in crate::ranks) fn read_checked(&self, key: &str, into: &mut [u8]) -> Result<(), Error> {
         let Some((f, i)) = self.find(key) else {
             unreachable!("the files were checked to hold every key read")
         };
@@ -329,7 +329,7 @@ impl Files {
     ///
     /// # Errors
     /// [`Error::Corrupted`] when they do not match.
-    pub(super) fn check(&self, key: &str, bytes: &[u8]) -> Result<(), Error> {
+    pub(in crate::ranks) fn check(&self, key: &str, bytes: &[u8]) -> Result<(), Error> {
         let Some((f, i)) = self.find(key) else {
             return Ok(());
         };
