@@ -63,9 +63,9 @@
 //! | `checkpoints/shards.rs` | [`SyncPlan`]'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
 //! | `checkpoints/manager.rs` | [`CheckpointManager`]: a step per directory, the latest pointer, keep-last-K |
 //! | `checkpoints/async_save.rs` | [`AsyncSaver`]: saves written by a background thread beside training |
-//! | `candle.rs` | `CandlePlan` (feature `candle`) |
-//! | `candle_in_place.rs` | the in-place swap of `CandlePlan::all_reduce_in_place` |
-//! | `candle_shards.rs` | `CandlePlan`'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
+//! | `candle/plan.rs` | `CandlePlan` (feature `candle`) |
+//! | `candle/in_place.rs` | the in-place swap of `CandlePlan::all_reduce_in_place` |
+//! | `candle/shards.rs` | `CandlePlan`'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
 //!
 //! Synchronised values are `Vec`, `Box<[_]>` and
 //! [`checkpoint::Tensor`](crate::checkpoint::Tensor) of `f32`, `f64` and the
@@ -99,10 +99,6 @@
 
 #[cfg(feature = "candle")]
 mod candle;
-#[cfg(feature = "candle")]
-mod candle_in_place;
-#[cfg(feature = "candle")]
-mod candle_shards;
 mod checkpoints;
 mod error;
 mod layout;
@@ -111,7 +107,7 @@ mod transport;
 mod vars;
 
 #[cfg(feature = "candle")]
-pub use candle::CandlePlan;
+pub use candle::plan::CandlePlan;
 pub use checkpoints::async_save::AsyncSaver;
 pub use checkpoints::manager::{CheckpointManager, LATEST_FILE};
 pub use checkpoints::shards::{ShardedLoad, ShardedSave};

@@ -3,7 +3,7 @@
 //! gradient tensor's own CPU storage by a candle in-place op, and the
 //! check that no two of the tensors involved share a storage.
 //!
-//! [`CandlePlan::all_reduce_in_place`]: super::CandlePlan::all_reduce_in_place
+//! [`CandlePlan::all_reduce_in_place`]: crate::ranks::CandlePlan::all_reduce_in_place
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
@@ -13,14 +13,14 @@ use candle_core::{CpuStorage, InplaceOp1, Layout, Storage, Tensor};
 /// Swaps the `Vec` behind a spare (`Vec<f32>` or `Vec<f64>`) with a
 /// tensor's CPU storage, when the tensor is all of its storage: contiguous,
 /// from offset 0, of the spare's length and element type.
-pub(super) struct SwapIn<'a> {
+pub(in crate::ranks) struct SwapIn<'a> {
     spare: RefCell<&'a mut dyn Any>,
     swapped: Cell<bool>,
 }
 
 impl<'a> SwapIn<'a> {
     /// The swap of `spare`'s buffer. O(1).
-    pub(super) fn new(spare: &'a mut dyn Any) -> Self {
+    pub(in crate::ranks) fn new(spare: &'a mut dyn Any) -> Self {
         Self {
             spare: RefCell::new(spare),
             swapped: Cell::new(false),
@@ -29,7 +29,7 @@ impl<'a> SwapIn<'a> {
 
     /// Runs the swap on `t`; whether it took place (else both stay as they
     /// were). O(1).
-    pub(super) fn into(self, t: &Tensor) -> candle_core::Result<bool> {
+    pub(in crate::ranks) fn into(self, t: &Tensor) -> candle_core::Result<bool> {
         t.inplace_op1(&self)?;
         Ok(self.swapped.get())
     }
@@ -71,7 +71,7 @@ impl InplaceOp1 for SwapIn<'_> {
 
 /// Where `t`'s CPU storage of `F32` or `F64` elements starts (`None` for
 /// any other storage). O(1).
-pub(super) fn storage_at(t: &Tensor) -> Option<usize> {
+pub(in crate::ranks) fn storage_at(t: &Tensor) -> Option<usize> {
     let (storage, _) = t.storage_and_layout();
     match &*storage {
         Storage::Cpu(CpuStorage::F32(v)) => Some(v.as_ptr() as usize),
@@ -82,7 +82,7 @@ pub(super) fn storage_at(t: &Tensor) -> Option<usize> {
 
 /// Whether the storages at `starts` are all distinct; sorts `starts`.
 /// O(n log n).
-pub(super) fn all_distinct(starts: &mut [usize]) -> bool {
+pub(in crate::ranks) fn all_distinct(starts: &mut [usize]) -> bool {
     starts.sort_unstable();
     starts.windows(2).all(|w| w[0] != w[1])
 }

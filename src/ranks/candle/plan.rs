@@ -12,11 +12,11 @@ use std::time::Duration;
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, DType, Device, Storage, Tensor, Var};
 
-use super::candle_in_place::{SwapIn, all_distinct, storage_at};
-use super::error::Error;
+use super::in_place::{SwapIn, all_distinct, storage_at};
 use crate::candle::CandleStore;
 use crate::checkpoint::{self, Dtype, LoadOptions, LoadReport, SaveReport};
 use crate::ranks::checkpoints::checkpoint::header_fits;
+use crate::ranks::error::Error;
 use crate::ranks::plan::agree::{Same, settle, show_count, start};
 use crate::ranks::plan::bucketed::{Lane, broadcast_values};
 use crate::ranks::plan::consistency::compare_values;
@@ -37,7 +37,7 @@ const CANDLE_FLOATS: &str = "the ranks layer synchronises candle variables of F3
 /// root rank, [`all_reduce`](Self::all_reduce) the gradients of a candle
 /// `GradStore` after `backward`, [`check_consistency`](Self::check_consistency)
 /// of the values, and checkpoints ([`save_on_root`](Self::save_on_root),
-/// [`load_on_all`](Self::load_on_all)). It is [`SyncPlan`](super::SyncPlan)
+/// [`load_on_all`](Self::load_on_all)). It is [`SyncPlan`](crate::ranks::SyncPlan)
 /// for candle: the same manifest agreement (names are candle's dotted
 /// names), buckets, argument checks and errors.
 ///
@@ -47,7 +47,7 @@ const CANDLE_FLOATS: &str = "the ranks layer synchronises candle variables of F3
 /// it, in the same order. Variables must be `F32` or `F64`; those on another
 /// device than the CPU are copied through the host (only the CPU was tested).
 /// Every call is watched with the plan's [timeout](PlanOptions::timeout), as
-/// [`SyncPlan`](super::SyncPlan)'s (see [`Watch`]).
+/// [`SyncPlan`](crate::ranks::SyncPlan)'s (see [`Watch`]).
 ///
 /// ```
 /// use candle_core::{DType, Device, Module, Tensor};
@@ -78,11 +78,11 @@ pub struct CandlePlan {
     nbytes: Vec<usize>,
     f32s: Lane<f32>,
     f64s: Lane<f64>,
-    pub(super) byte_cap: usize,
+    pub(in crate::ranks) byte_cap: usize,
     /// Per-variable digests of the last consistency check.
     digests: Vec<VarHash>,
     /// One digest per rank, for status exchanges and checks.
-    pub(super) gathered: Vec<Digest>,
+    pub(in crate::ranks) gathered: Vec<Digest>,
     /// The tensors one call reads, one per variable (`None`: zeros);
     /// emptied after each call, its capacity kept.
     sources: Vec<Option<Tensor>>,
@@ -110,7 +110,7 @@ impl std::fmt::Debug for CandlePlan {
 }
 
 /// A candle error on the variable `key`.
-pub(super) fn candle(key: &str, source: candle_core::Error) -> Error {
+pub(in crate::ranks) fn candle(key: &str, source: candle_core::Error) -> Error {
     Error::from(crate::candle::Error::Candle {
         name: key.to_owned(),
         source,
@@ -333,7 +333,11 @@ impl CandlePlan {
 
     /// Watches the collective call `op` of this plan on `comm`'s rank, with
     /// the plan's timeout, until the returned guard drops. O(1).
-    pub(super) fn watch<C: Collective + ?Sized>(&self, comm: &C, op: &'static str) -> Watch {
+    pub(in crate::ranks) fn watch<C: Collective + ?Sized>(
+        &self,
+        comm: &C,
+        op: &'static str,
+    ) -> Watch {
         Watch::arm(comm.rank(), op, &self.watched, self.timeout)
     }
 
@@ -712,7 +716,7 @@ impl CandlePlan {
 
     /// This rank's digest of the variables' values: a hash of each value's
     /// bytes, then of those hashes in manifest order, as
-    /// [`SyncPlan::digest`](super::SyncPlan::digest). Local: no collective.
+    /// [`SyncPlan::digest`](crate::ranks::SyncPlan::digest). Local: no collective.
     /// Allocates nothing for contiguous CPU variables (others are copied to
     /// the host). O(bytes).
     ///
@@ -745,7 +749,7 @@ impl CandlePlan {
     }
 
     /// Checks that every rank holds bit-identical values, as
-    /// [`SyncPlan::check_consistency`](super::SyncPlan::check_consistency):
+    /// [`SyncPlan::check_consistency`](crate::ranks::SyncPlan::check_consistency):
     /// the ranks all-gather their [`digest`](Self::digest), and when they
     /// differ every rank returns the same [`Error::Diverged`] naming the
     /// first variable whose bytes differ. A collective call. Allocates
@@ -810,7 +814,7 @@ impl CandlePlan {
         root: usize,
     ) -> Result<Option<SaveReport>, Error> {
         let _watch = self.watch(comm, "saving the checkpoint");
-        let mut gathered = vec![[0_u8; super::DIGEST_BYTES]; comm.size()];
+        let mut gathered = vec![[0_u8; crate::ranks::DIGEST_BYTES]; comm.size()];
         let same: Same = ("roots", root as u64, show_count);
         let checked = check_root(root, comm.size());
         let op = "saving the checkpoint";
@@ -887,7 +891,7 @@ impl CandlePlan {
 /// Checks the header of the file at `path` against every variable of
 /// `store`: the same dotted names, dtypes and shapes. O(header +
 /// variables × depth).
-pub(super) fn check_file(store: &CandleStore, path: &Path) -> Result<(), Error> {
+pub(in crate::ranks) fn check_file(store: &CandleStore, path: &Path) -> Result<(), Error> {
     let file = checkpoint::inspect(path)?;
     let mine: Vec<(String, Dtype, Vec<usize>)> = store
         .named_vars()?

@@ -1,7 +1,7 @@
 //! [`CandlePlan`]'s checkpoints written and read by every rank: a
 //! [`CandleStore`]'s variables saved as one shard per rank of a Hugging
 //! Face sharded checkpoint in candle's names, and loaded at any number of
-//! ranks, as [`SyncPlan`](super::SyncPlan)'s `save_shards` and
+//! ranks, as [`SyncPlan`](crate::ranks::SyncPlan)'s `save_shards` and
 //! `load_shards` do for a tree.
 
 use std::borrow::Cow;
@@ -11,8 +11,7 @@ use std::sync::Arc;
 use candle_core::{Tensor, Var};
 use rustc_hash::FxHashSet;
 
-use super::candle::{CandlePlan, candle, check_file};
-use super::error::Error;
+use super::plan::{CandlePlan, candle, check_file};
 use crate::candle::CandleStore;
 use crate::checkpoint::{self, Checkpointable, Dtype, LoadOptions, SaveOptions, sync_file};
 use crate::ranks::checkpoints::shards::{
@@ -20,6 +19,7 @@ use crate::ranks::checkpoints::shards::{
     same_floats, shard_meta, written,
 };
 use crate::ranks::checkpoints::state_shards::Files;
+use crate::ranks::error::Error;
 use crate::ranks::plan::agree::settle;
 use crate::ranks::plan::bucketed::broadcast_values;
 use crate::ranks::transport::collective::Collective;
@@ -86,7 +86,7 @@ impl CandlePlan {
     /// too, as [`save_on_root`](Self::save_on_root) saves) into the
     /// directory `dir` as a Hugging Face sharded checkpoint, every rank
     /// writing one shard in parallel, as
-    /// [`SyncPlan::save_shards`](super::SyncPlan::save_shards) does: the
+    /// [`SyncPlan::save_shards`](crate::ranks::SyncPlan::save_shards) does: the
     /// variables, in key order, are cut into one shard of whole tensors per
     /// rank of about equal bytes (fewer shards when there are fewer
     /// variables than ranks), and rank `k` writes
@@ -205,7 +205,7 @@ impl CandlePlan {
     /// Loads a checkpoint directory (or index, or single file) into every
     /// variable of `store` (candle's dotted names, frozen ones too) at any
     /// number of ranks, each rank reading a share, as
-    /// [`SyncPlan::load_shards`](super::SyncPlan::load_shards) does: the
+    /// [`SyncPlan::load_shards`](crate::ranks::SyncPlan::load_shards) does: the
     /// store's variables, in key order, are cut into one part of whole
     /// tensors per rank of about equal bytes, each rank reads its part from
     /// the files (checking each tensor's checksum when the file carries

@@ -1,0 +1,18 @@
+//! Candle (feature `candle`): [`CandlePlan`](crate::ranks::CandlePlan), the
+//! plan of a `CandleStore`'s trainable variables, whose gradients it
+//! reduces in candle's `GradStore`, with the in-place all-reduce and the
+//! checkpoints every rank writes and reads. The top room of the ranks
+//! layer: it uses the plan's rooms below it, and nothing imports it.
+//!
+//! | file | role |
+//! |---|---|
+//! | `in_place.rs` | the in-place swap of `CandlePlan::all_reduce_in_place` |
+//! | `plan.rs` | [`CandlePlan`](crate::ranks::CandlePlan): agreement, broadcast, all-reduce, consistency, checkpoints on one rank |
+//! | `shards.rs` | `CandlePlan`'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
+//!
+//! It may import every room of the layer: `checkpoints/`, `plan/`,
+//! `layout/`, `vars/`, `transport/` and `error.rs`.
+
+pub(super) mod in_place;
+pub(super) mod plan;
+pub(super) mod shards;
