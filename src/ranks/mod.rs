@@ -38,34 +38,20 @@
 //!   ([`Watch::set_step`]) and how long, and exits with
 //!   [`STALL_EXIT_CODE`], so that `mpirun` ends the job.
 //!
-//! The files, from the bottom up (each imports only files above it in
-//! this list):
+//! The layer's rooms, from the bottom up: each sub-folder may import the
+//! rooms above it in this list, never one below it, and no two files make a
+//! circle (`scripts/layers.py` checks both in CI). Each room's `mod.rs`
+//! lists its files.
 //!
-//! | file | role |
-//! |---|---|
-//! | `error.rs` | [`Error`], the layer's errors |
-//! | `transport/watchdog.rs` | [`Watch`]: a rank that waits too long in a collective call ends its process |
-//! | `transport/collective.rs` | [`Collective`], [`SingleProcess`], [`Digest`] |
-//! | `vars/checksum.rs` | the checksums ranks compare (xxh3-128) |
-//! | `transport/mpi.rs` | [`Collective`] for MPI's communicator (feature `mpi`) |
-//! | `vars/access.rs` | how a variable's value is read as bytes, by type |
-//! | `vars/manifest.rs` | [`Manifest`] and its agreement |
-//! | `layout/partition.rs` | [`Partition`]: each rank's slice (ZeRO) |
-//! | `plan/options.rs` | [`PlanOptions`], [`Reduce`], [`DEFAULT_BUCKET_BYTES`] |
-//! | `plan/agree.rs` | how ranks exchange failures and arguments before a collective |
-//! | `vars/values.rs` | a plan's variables as bytes; the float types it reduces |
-//! | `plan/buckets.rs`, `plan/bucketed.rs` | cutting variables into buckets; the bucketed all-reduce and broadcast |
-//! | `plan/consistency.rs` | the consistency check: the first variable whose bytes differ |
-//! | `plan/scatter.rs` | the buffers and copies of ZeRO's reduce-scatter and all-gather |
-//! | `plan/sync_plan.rs` | [`SyncPlan`]: agreement, broadcast, all-reduce, consistency |
-//! | `plan/zero.rs` | [`SyncPlan`]'s partitioned exchange (ZeRO stage 1) |
-//! | `checkpoints/checkpoint.rs` | [`SyncPlan`]'s checkpoints on one rank: `save_on_root`, `load_on_all` |
-//! | `checkpoints/shards.rs` | [`SyncPlan`]'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
-//! | `checkpoints/manager.rs` | [`CheckpointManager`]: a step per directory, the latest pointer, keep-last-K |
-//! | `checkpoints/async_save.rs` | [`AsyncSaver`]: saves written by a background thread beside training |
-//! | `candle/plan.rs` | `CandlePlan` (feature `candle`) |
-//! | `candle/in_place.rs` | the in-place swap of `CandlePlan::all_reduce_in_place` |
-//! | `candle/shards.rs` | `CandlePlan`'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
+//! | room | files | role |
+//! |---|---|---|
+//! | `error.rs` | `error.rs` | [`Error`], the layer's errors |
+//! | `transport/` | `pipeline.rs`, `collective.rs`, `mpi.rs`, `watchdog.rs` | how bytes move: [`Collective`], [`SingleProcess`], [`Digest`], [`Pipeline`], MPI's communicator (feature `mpi`), and [`Watch`], which ends a rank that waits too long in a collective call |
+//! | `vars/` | `access.rs`, `checksum.rs`, `values.rs`, `manifest.rs` | what the ranks see of a plan's variables: their bytes by type, the checksums ranks compare (xxh3-128), the float types a plan reduces, and the [`Manifest`] they agree on |
+//! | `layout/` | `partition.rs`, `sliced.rs`, `slices.rs` | how variables and optimizer state are cut across ranks: [`Partition`] (ZeRO stage 1), [`SlicedState`], and moving sliced state between whole tensors and the ranks' pieces |
+//! | `plan/` | `options.rs`, `agree.rs`, `buckets.rs`, `bucketed.rs`, `consistency.rs`, `scatter.rs`, `sync_plan.rs`, `zero.rs` | [`SyncPlan`] and its collectives: [`PlanOptions`], [`Reduce`], agreement on failures and arguments, the bucketed all-reduce and broadcast, the consistency check, ZeRO's reduce-scatter and all-gather |
+//! | `checkpoints/` | `checkpoint.rs`, `state_shards.rs`, `shards.rs`, `manager.rs`, `async_save.rs` | [`SyncPlan`]'s checkpoints across ranks: on one rank (`save_on_root`, `load_on_all`), by every rank (`save_shards`, `load_shards`, the sliced state's shards), [`CheckpointManager`], [`AsyncSaver`] |
+//! | `candle/` | `plan.rs`, `in_place.rs`, `shards.rs` | `CandlePlan` (feature `candle`), with `all_reduce_in_place` and its sharded checkpoints |
 //!
 //! Synchronised values are `Vec`, `Box<[_]>` and
 //! [`checkpoint::Tensor`](crate::checkpoint::Tensor) of `f32`, `f64` and the
