@@ -16,7 +16,12 @@ It fails on:
   arrow inside it and the names that tie it;
 - an upward import: a lower layer naming a higher layer's item (LAYERS:
   arena < tree and its helpers < sharing < checkpoint < candle < ranks);
-- a file in no layer: a new top-level module must be added to LAYERS.
+- an upward import between the rooms of a layer that has them (ROOMS: the
+  ranks layer's sub-folders, error < transport < vars < layout < plan <
+  checkpoints < candle); an order also rules out a circle between rooms;
+- a file in no layer: a new top-level module must be added to LAYERS; a
+  file in no room of a layer that has rooms (src/ranks/new.rs, or a new
+  sub-folder) must be added to that layer's ROOMS.
 
 It reads the text, not the compiler's resolution: a macro or a glob
 re-export may hide an arrow. A maintained tool (cargo-modules) resolves paths
@@ -40,6 +45,22 @@ LAYERS = [
 ]
 LAYER = {top: i for i, (_, tops) in enumerate(LAYERS) for top in tops}
 
+# Rooms inside a layer, bottom to top, as LAYERS: a module of src/ranks/
+# (src/ranks/NAME.rs or src/ranks/NAME/) belongs to the room that lists it;
+# src/ranks/mod.rs, the layer's facade, belongs to none and is exempt.
+ROOMS = {
+    "ranks": [
+        ("error", ["error"]),
+        ("transport", ["transport"]),
+        ("vars", ["vars"]),
+        ("layout", ["layout"]),
+        ("plan", ["plan"]),
+        ("checkpoints", ["checkpoints"]),
+        ("candle", ["candle"]),
+    ],
+}
+ROOM = {(top, sub): i for top, rooms in ROOMS.items() for i, (_, subs) in enumerate(rooms) for sub in subs}
+
 # Comments, strings and char literals, blanked before reading paths.
 NOISE = re.compile(r"//[^\n]*|/\*.*?\*/|(?<!\w)r(#*)\".*?\"\1|\"(?:\\.|[^\"\\])*\"|'(?:\\.[^']*|[^'\\])'", re.S)
 TEST_MOD = re.compile(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{")
@@ -50,6 +71,17 @@ INLINE = re.compile(r"(?<![\w:])(\w+(?:\s*::\s*\w+)+)")
 def layer_of(mod):
     """Index into LAYERS of a module path (a tuple); None for lib.rs and unplaced files."""
     return LAYER.get(mod[0]) if mod else None
+
+
+def room_of(mod):
+    """Index into ROOMS[top] of a module path under a layer with rooms; None
+    for the layer's mod.rs, unplaced files and modules of layers without rooms."""
+    return ROOM.get(mod[:2]) if len(mod) > 1 and mod[0] in ROOMS else None
+
+
+def room_name(mod):
+    """`ranks/plan`: the layer's top-level module and the room's name."""
+    return f"{mod[0]}/{ROOMS[mod[0]][room_of(mod)][0]}"
 
 
 def clean(text):
@@ -205,9 +237,18 @@ def main():
     for a, b in upward:
         print(f"upward import: {files[a]} ({LAYERS[layer_of(a)][0]}) -> {files[b]} "
               f"({LAYERS[layer_of(b)][0]}): {ties(a, b)}")
+    inner = [(a, b) for a, b in sorted(arrows, key=lambda e: (files[e[0]], files[e[1]]))
+             if a and b and a[0] == b[0] and None not in (room_of(a), room_of(b)) and room_of(a) < room_of(b)]
+    for a, b in inner:
+        print(f"upward import: {files[a]} ({room_name(a)}) -> {files[b]} ({room_name(b)}): {ties(a, b)}")
+    upward += inner
     unplaced = sorted(files[m] for m in files if m and layer_of(m) is None)
     for f in unplaced:
         print(f"unplaced file: {f}: add its top-level module to LAYERS in scripts/layers.py")
+    homeless = sorted(files[m] for m in files if len(m) > 1 and m[0] in ROOMS and room_of(m) is None)
+    for f in homeless:
+        print(f"unplaced file: {f}: add its module under src/{f.split('/')[1]}/ to ROOMS in scripts/layers.py")
+    unplaced += homeless
     bad = len(found) + len(upward) + len(unplaced)
     print(f"layers.py: {len(found)} circle(s), {len(upward)} upward import(s), {len(unplaced)} unplaced "
           f"file(s) among {len(files)} files under src/: {'FAIL' if bad else 'ok'}")
