@@ -5,7 +5,7 @@
 //! drops it; `arm_drop_nested` does so inside an armed watch (a plan call
 //! inside a call of one's own); `arm_drop_none` arms one without a timeout
 //! (`PlanOptions::without_timeout`). Compare with a 1 MB all-reduce under
-//! `mpirun -np 2` (`ranks_bench`'s last line, `docs/distributed.md`).
+//! `mpirun -np 2` (`ranks_bench`'s last line, `docs/ranks/watchdog.md`).
 
 use std::hint::black_box;
 use std::sync::Arc;

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""The cost model of docs/distributed.md ("Past this machine"): predicted step
+"""The cost model of docs/ranks/cost-model.md ("Past this machine"): predicted step
 times of data-parallel training over a ring all-reduce, and checkpoint save
 and load times on a parallel filesystem (save_shards / load_shards against
 save_on_root / load_on_all), for scales the 2-core project machine cannot
-run. Prints the Markdown tables of that section.
+run. Prints the Markdown tables of that page.
 
 Usage: python3 scripts/cost_model.py
 
 Every input is below, with where it comes from. MEASURED inputs were measured
-on the project machine (commands in docs/distributed.md); ASSUMED inputs are
+on the project machine (commands in docs/ranks/all-reduce.md); ASSUMED inputs are
 not measured anywhere in this repository: they are the link parameters the
 prediction is asked for, and a per-message latency typical of MPI over such
 links. The outputs are predictions, not measurements.

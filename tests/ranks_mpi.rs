@@ -1249,7 +1249,7 @@ fn zero_rounding_info(world: &World) -> Check {
 /// moments (their bytes add up to the replicated mode's, each within 16
 /// bytes of 1/N); the parameters and the owned moments are bit-identical at
 /// 1 and 2 ranks, and within a relative 1e-3 at more, where MPI may group
-/// a reduce-scatter's additions unlike an all-reduce's (docs/distributed.md); a ZeRO
+/// a reduce-scatter's additions unlike an all-reduce's (docs/ranks/zero.md); a ZeRO
 /// checkpoint resumes in both modes to the same parameters and moments.
 fn train_rnn_zero_matches_the_replicated_mode(world: &World) -> Check {
     let (me, n) = (rank(world), size(world));

@@ -35,7 +35,7 @@
 //! --example train_rnn`, then `mpirun -np 2 target/release/examples/train_rnn
 //! --workers 1`. Each rank runs its `--workers` threads on its share of the
 //! `--batch`; the gradients are summed over the ranks (see
-//! `docs/distributed.md`), and after every epoch the ranks check that their
+//! `docs/ranks/training.md`), and after every epoch the ranks check that their
 //! parameters are bit-identical. Rank 0 prints. Without `mpirun` (or without
 //! the feature) the example is one process, as before.
 //!

@@ -12,7 +12,7 @@ use crate::ranks::transport::watchdog::DEFAULT_TIMEOUT;
 /// of `docs/benchmarks.md`: raw MPI in chunks of 1 to 4 MiB was the
 /// fastest way to move 100 MB here, over shared memory and over TCP).
 /// PyTorch DDP's 25 MiB is made for GPUs over NCCL; raise it for few large
-/// messages over a slow network (see `docs/distributed.md`).
+/// messages over a slow network (see `docs/ranks/all-reduce.md`).
 ///
 /// ```
 /// assert_eq!(scopetree::ranks::DEFAULT_BUCKET_BYTES, 2 * 1024 * 1024);
