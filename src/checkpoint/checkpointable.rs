@@ -73,6 +73,44 @@ pub trait Checkpointable: Any + Send + Sync + Sized {
         Ok(self.le_bytes())
     }
 
+    /// Hands the elements to `out` as little-endian bytes, row-major, in
+    /// order, in pieces of at most `chunk` bytes where the value can: saves
+    /// call this, so that a value is written without a whole copy of it in
+    /// host memory (a device tensor stages its bytes through host buffers
+    /// of `chunk` bytes). The pieces hold whole elements. The default hands
+    /// over [`try_le_bytes`](Self::try_le_bytes) in pieces. O(len); memory:
+    /// what `try_le_bytes` holds (the crate's own types: nothing on a
+    /// little-endian machine; a candle `Var` on a device: `chunk` bytes).
+    ///
+    /// # Errors
+    /// [`Error::BadTensor`] when the elements cannot be read; `out`'s
+    /// errors.
+    ///
+    /// ```
+    /// use scopetree::checkpoint::Checkpointable;
+    /// let mut got = Vec::new();
+    /// vec![1_u16, 2, 3].write_le(4, &mut |piece| {
+    ///     assert!(piece.len() <= 4);
+    ///     got.extend_from_slice(piece);
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!(got, [1, 0, 2, 0, 3, 0]);
+    /// # Ok::<(), scopetree::checkpoint::Error>(())
+    /// ```
+    fn write_le(
+        &self,
+        chunk: usize,
+        out: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let bytes = self.try_le_bytes()?;
+        let size = self.dtype().bitsize().div_ceil(8).max(1);
+        let chunk = (chunk / size).max(1) * size;
+        if bytes.is_empty() {
+            return out(&[]);
+        }
+        bytes.chunks(chunk).try_for_each(out)
+    }
+
     /// Writes the elements of `new` into this value in place. A load calls
     /// it for [`SHARED`](Self::SHARED) types only, after checking that `new`
     /// has this value's dtype and shape. The default replaces the value.

@@ -3,20 +3,11 @@
 //! variable's value up with by its `TypeId`.
 
 use std::any::{Any, TypeId, type_name};
-use std::borrow::Cow;
 use std::io::Read;
 
 use super::checkpointable::Checkpointable;
 use super::dtype::Dtype;
 use super::error::Error;
-
-/// What a save needs of one value.
-pub(crate) struct Parts<'a> {
-    pub(crate) dtype: Dtype,
-    pub(crate) shape: Cow<'a, [usize]>,
-    pub(crate) flat: bool,
-    pub(crate) bytes: Cow<'a, [u8]>,
-}
 
 /// A value's dtype, shape and flatness.
 pub(crate) type Meta = (Dtype, Vec<usize>, bool);
@@ -30,7 +21,8 @@ pub(crate) type Old = Box<dyn Any + Send + Sync>;
 pub(crate) struct Codec {
     /// dtype, shape and flatness, without touching the bytes.
     pub(crate) meta: fn(&dyn Any) -> Option<Meta>,
-    pub(crate) parts: fn(&dyn Any) -> Option<Result<Parts<'_>, Error>>,
+    /// Streams a value's bytes ([`Checkpointable::write_le`]).
+    pub(crate) write: WriteLe,
     /// [`Checkpointable::SHARED`]: loads stage a new value, then assign it.
     pub(crate) shared: bool,
     /// Reads a new value without touching the tree (for shared types).
@@ -50,6 +42,11 @@ pub(crate) struct Codec {
     /// for a shared type assigned from a value read just before.
     pub(crate) builtin: bool,
 }
+
+/// Streams a value's little-endian bytes to a sink in pieces of at most a
+/// given size.
+pub(crate) type WriteLe =
+    fn(&dyn Any, usize, &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<(), Error>;
 
 /// Reads a value into a variable, in place where the value fits; returns
 /// the replaced value, for undo.
@@ -77,14 +74,17 @@ fn meta_of<T: Checkpointable>(v: &dyn Any) -> Option<Meta> {
     Some((v.dtype(), v.shape().into_owned(), T::FLAT))
 }
 
-fn parts_of<T: Checkpointable>(v: &dyn Any) -> Option<Result<Parts<'_>, Error>> {
-    let v = v.downcast_ref::<T>()?;
-    Some(v.try_le_bytes().map(|bytes| Parts {
-        dtype: v.dtype(),
-        shape: v.shape(),
-        flat: T::FLAT,
-        bytes,
-    }))
+fn write_of<T: Checkpointable>(
+    v: &dyn Any,
+    chunk: usize,
+    out: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
+) -> Result<(), Error> {
+    match v.downcast_ref::<T>() {
+        Some(v) => v.write_le(chunk, out),
+        None => Err(Error::BadTensor {
+            reason: format!("a value to save is not a {}", type_name::<T>()),
+        }),
+    }
 }
 
 /// Builds a value of `T` from a load's source.
@@ -189,7 +189,7 @@ impl Codec {
             TypeId::of::<T>(),
             Self {
                 meta: meta_of::<T>,
-                parts: parts_of::<T>,
+                write: write_of::<T>,
                 shared: T::SHARED,
                 stage: stage::<T>,
                 assign: assign::<T>,

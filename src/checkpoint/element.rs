@@ -112,7 +112,11 @@ macro_rules! half_element {
         impl Element for $t {
             const DTYPE: Dtype = Dtype::$d;
             fn slice_le_bytes(items: &[Self]) -> Cow<'_, [u8]> {
-                Cow::Owned(items.iter().flat_map(|x| x.to_le_bytes()).collect())
+                if cfg!(target_endian = "little") {
+                    Cow::Borrowed(bytemuck::cast_slice(items))
+                } else {
+                    Cow::Owned(items.iter().flat_map(|x| x.to_le_bytes()).collect())
+                }
             }
             fn vec_from_le_bytes(bytes: &[u8]) -> Vec<Self> {
                 bytes

@@ -131,6 +131,22 @@ pub enum Error {
         source: safetensors::SafeTensorError,
     },
 
+    /// A tensor's bytes do not match the checksum its save wrote beside them
+    /// (`scopetree_xxh3/<key>` in the file's metadata): the file was
+    /// corrupted after the save. Checked on the bytes as read, before the
+    /// load changes anything.
+    #[error(
+        "the bytes of `{}` in {path} do not match the checksum its save wrote (the file is \
+         corrupted); restore it or load an earlier checkpoint",
+        short::path(key)
+    )]
+    Corrupted {
+        /// The tensor's key.
+        key: String,
+        /// The file that holds it.
+        path: String,
+    },
+
     /// Reading a tensor's bytes failed after every check had passed (the
     /// file changed or the disk failed while loading).
     #[error(

@@ -32,19 +32,30 @@ pub(crate) fn is_convertible_float(d: Dtype) -> bool {
 /// is a multiple of `from`'s size (a trailing partial element is dropped).
 /// O(len); allocates the output only.
 pub(crate) fn convert_floats(from: Dtype, to: Dtype, bytes: &[u8]) -> Vec<u8> {
+    let mut out = vec![0_u8; bytes.len() / (from.bitsize() / 8) * (to.bitsize() / 8)];
+    convert_floats_into(from, to, bytes, &mut out);
+    out
+}
+
+/// [`convert_floats`] into `out`, which holds as many elements of `to` as
+/// `bytes` holds of `from` (extra bytes of `out` are left as they are).
+/// O(len); allocates nothing.
+pub(crate) fn convert_floats_into(from: Dtype, to: Dtype, bytes: &[u8], out: &mut [u8]) {
     match from {
-        Dtype::F16 => from_f32_exact(to, bytes, |b: [u8; 2]| f16::from_le_bytes(b).to_f32()),
-        Dtype::BF16 => from_f32_exact(to, bytes, |b: [u8; 2]| bf16::from_le_bytes(b).to_f32()),
-        Dtype::F32 => from_f32_exact(to, bytes, f32::from_le_bytes),
+        Dtype::F16 => from_f32_exact(to, bytes, out, |b: [u8; 2]| f16::from_le_bytes(b).to_f32()),
+        Dtype::BF16 => from_f32_exact(to, bytes, out, |b: [u8; 2]| bf16::from_le_bytes(b).to_f32()),
+        Dtype::F32 => from_f32_exact(to, bytes, out, f32::from_le_bytes),
         _ => match to {
-            Dtype::F16 => map(bytes, |b| {
+            Dtype::F16 => map(bytes, out, |b| {
                 f16::from_f32(f64_to_f32_odd(f64::from_le_bytes(b))).to_le_bytes()
             }),
-            Dtype::BF16 => map(bytes, |b| {
+            Dtype::BF16 => map(bytes, out, |b| {
                 bf16::from_f32(f64_to_f32_odd(f64::from_le_bytes(b))).to_le_bytes()
             }),
-            Dtype::F32 => map(bytes, |b| f64_to_f32(f64::from_le_bytes(b)).to_le_bytes()),
-            _ => map(bytes, |b: [u8; 8]| b),
+            Dtype::F32 => map(bytes, out, |b| {
+                f64_to_f32(f64::from_le_bytes(b)).to_le_bytes()
+            }),
+            _ => map(bytes, out, |b: [u8; 8]| b),
         },
     }
 }
@@ -53,25 +64,28 @@ pub(crate) fn convert_floats(from: Dtype, to: Dtype, bytes: &[u8]) -> Vec<u8> {
 fn from_f32_exact<const N: usize>(
     to: Dtype,
     bytes: &[u8],
+    out: &mut [u8],
     read: impl Fn([u8; N]) -> f32,
-) -> Vec<u8> {
+) {
     match to {
-        Dtype::F16 => map(bytes, |b| f16::from_f32(read(b)).to_le_bytes()),
-        Dtype::BF16 => map(bytes, |b| bf16::from_f32(read(b)).to_le_bytes()),
-        Dtype::F32 => map(bytes, |b| read(b).to_le_bytes()),
-        _ => map(bytes, |b| f64::from(read(b)).to_le_bytes()),
+        Dtype::F16 => map(bytes, out, |b| f16::from_f32(read(b)).to_le_bytes()),
+        Dtype::BF16 => map(bytes, out, |b| bf16::from_f32(read(b)).to_le_bytes()),
+        Dtype::F32 => map(bytes, out, |b| read(b).to_le_bytes()),
+        _ => map(bytes, out, |b| f64::from(read(b)).to_le_bytes()),
     }
 }
 
-/// Maps each `N`-byte element of `bytes` to `M` bytes, into one vector.
-fn map<const N: usize, const M: usize>(bytes: &[u8], f: impl Fn([u8; N]) -> [u8; M]) -> Vec<u8> {
-    let mut out = vec![0_u8; bytes.len() / N * M];
+/// Maps each `N`-byte element of `bytes` to `M` bytes of `out`.
+fn map<const N: usize, const M: usize>(
+    bytes: &[u8],
+    out: &mut [u8],
+    f: impl Fn([u8; N]) -> [u8; M],
+) {
     for (o, c) in out.chunks_exact_mut(M).zip(bytes.chunks_exact(N)) {
         let mut a = [0_u8; N];
         a.copy_from_slice(c);
         o.copy_from_slice(&f(a));
     }
-    out
 }
 
 /// `x` rounded to the nearest `f32`, ties to even; a NaN stays a quiet NaN

@@ -86,12 +86,18 @@ pub(crate) use codec::Codec;
 pub use dtype::{Dtype, FloatDtype};
 pub use element::Element;
 pub use error::{BadFile, BadIndex, Error, Mismatch, NotTensor};
+#[cfg(feature = "candle")]
+pub(crate) use float_convert::convert_floats_into;
 pub(crate) use float_convert::is_convertible_float;
 pub use header::FileTensor;
 pub(crate) use index::{
     CHECKSUM_PREFIX, INDEX_FILE, OPTIMIZER_INDEX_FILE, SAVE_ID, index_json, shard_file, shard_name,
 };
-pub use load::{DtypePolicy, LoadOptions, LoadReport};
+#[cfg(feature = "candle")]
+pub(crate) use load::{Commit, Plan, Step, staged};
+pub use load::{DEFAULT_STAGING_BUDGET, DtypePolicy, LoadOptions, LoadReport};
+#[cfg(feature = "candle")]
+pub(crate) use save::save_staged_sharded;
 pub use save::{DEFAULT_MAX_SHARD_SIZE, SaveOptions, SaveReport};
 pub(crate) use save::{Staged, new_save_id, sync_file, write_atomic, write_tensors};
 pub(crate) use source::{Opened, open as open_checkpoint};
@@ -395,6 +401,19 @@ pub fn save_store_sharded(
     save::save_sharded_with(tree, tree.root(), dir.as_ref(), opts, &|v| {
         store_shape(store, v)
     })
+}
+
+/// Plans a load of `path` into a whole store (as [`load_store`] checks it),
+/// for a load that reads the data its own way (a candle store's staged
+/// load). Changes nothing. O(headers + variables).
+#[cfg(feature = "candle")]
+pub(crate) fn plan_store(
+    store: &VariableStore,
+    path: &Path,
+    opts: &LoadOptions,
+) -> Result<Plan, Error> {
+    let root = store.tree().root();
+    load::plan(store.tree(), root, path, opts, &|v| store_shape(store, v))
 }
 
 /// The fully defined shape the store recorded for `var`, if any.

@@ -4,12 +4,15 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
-use safetensors::View;
+use std::io::Write;
+
+use safetensors::tensor::{Metadata, TensorInfo};
 
 use super::checkpointable::Checkpointable;
+use super::codec::WriteLe;
 use super::dtype::{Dtype, FloatDtype};
 use super::error::{Error, NotTensor};
-use super::float_convert::{convert_floats, is_convertible_float};
+use super::float_convert::{convert_floats_into, is_convertible_float};
 use super::index::{INDEX_FILE, SAVE_ID, index_json, read_index, shard_name};
 use super::known_types::Types;
 use super::{Filter, Separator, walk};
@@ -200,29 +203,26 @@ pub struct SaveReport {
     pub shards: Vec<String>,
 }
 
-/// One tensor handed to the safetensors writer.
+/// One tensor to write: its dtype and shape as held, and where its bytes
+/// come from.
 struct Item<'a> {
     dtype: Dtype,
     shape: Vec<usize>,
-    bytes: Cow<'a, [u8]>,
+    data: Data<'a>,
 }
 
-impl View for Item<'_> {
-    fn dtype(&self) -> Dtype {
-        self.dtype
-    }
-    fn shape(&self) -> &[usize] {
-        &self.shape
-    }
-    fn data(&self) -> Cow<'_, [u8]> {
-        Cow::Borrowed(&self.bytes)
-    }
-    fn data_len(&self) -> usize {
-        self.bytes.len()
-    }
+/// A tensor's bytes: held (staged by the ranks layer), or streamed from
+/// the variable's value while the file is written.
+enum Data<'a> {
+    Bytes(Cow<'a, [u8]>),
+    Value(&'a dyn std::any::Any, WriteLe),
 }
 
-/// The tensors to write, keyed and sorted, with the report so far.
+/// The pieces a value's bytes are streamed in: 8 MiB.
+const WRITE_CHUNK: usize = 8 << 20;
+
+/// The tensors to write, keyed and sorted, with the report so far. Reads
+/// no bytes: they are streamed from the values while the file is written.
 fn collect<'t>(
     tree: &'t ScopeTree,
     scope: ScopeId,
@@ -237,28 +237,18 @@ fn collect<'t>(
     let mut items = Vec::with_capacity(walked.vars.len());
     let mut not_tensors = Vec::new();
     for (key, var) in walked.vars {
-        let parts = tree.value_any(var).and_then(|v| {
+        let found = tree.value_any(var).and_then(|v| {
             let codec = opts.types.get(v.type_id())?;
-            (codec.parts)(v)
+            Some(((codec.meta)(v), v, codec.write))
         });
-        let parts = match parts {
-            Some(Err(e)) => {
-                return Err(Error::BadTensor {
-                    reason: format!("cannot read {}: {e}", crate::short::path(&key)),
-                });
-            }
-            Some(Ok(p)) => Some(p),
-            None => None,
-        };
-        let Some(parts) = parts else {
+        let Some((Some((dtype, mut shape, flat)), value, write)) = found else {
             not_tensors.push(NotTensor {
                 key,
                 holds: tree.type_name(var)?,
             });
             continue;
         };
-        let mut shape = parts.shape.into_owned();
-        if parts.flat {
+        if flat {
             if let Some(s) = shape_of(var) {
                 if s.iter().product::<usize>() == shape.iter().product::<usize>() {
                     shape = s;
@@ -269,9 +259,9 @@ fn collect<'t>(
         items.push((
             key,
             Item {
-                dtype: parts.dtype,
+                dtype,
                 shape,
-                bytes: parts.bytes,
+                data: Data::Value(value, write),
             },
         ));
     }
@@ -294,40 +284,130 @@ impl Item<'_> {
         }
     }
 
+    /// The bytes the item holds as held.
+    fn len(&self) -> u64 {
+        let n: u64 = self.shape.iter().map(|&d| d as u64).product();
+        n * self.dtype.bitsize() as u64 / 8
+    }
+
     /// The bytes written under `floats_as`.
     fn written_len(&self, floats_as: Option<Dtype>) -> u64 {
         let to = self.written_dtype(floats_as);
-        self.bytes.len() as u64 * to.bitsize() as u64 / self.dtype.bitsize() as u64
+        self.len() * to.bitsize() as u64 / self.dtype.bitsize() as u64
     }
 
-    /// The item as written under `floats_as`: converted if it must be.
-    fn written(self, floats_as: Option<Dtype>) -> Self {
-        let to = self.written_dtype(floats_as);
-        if to == self.dtype {
-            return self;
+    /// Writes the item's bytes to `w`, converted to `to` when it differs
+    /// from the held dtype (in pieces: memory is one converted piece).
+    /// Fails if the value hands over another number of bytes than its
+    /// shape holds.
+    fn write(&self, key: &str, to: Dtype, w: &mut dyn Write, shown: &str) -> Result<(), Error> {
+        let mut converted = Vec::new();
+        let mut n = 0_u64;
+        let mut put = |piece: &[u8]| -> Result<(), Error> {
+            n += piece.len() as u64;
+            let out = if to == self.dtype {
+                piece
+            } else {
+                converted.resize(
+                    piece.len() / (self.dtype.bitsize() / 8) * (to.bitsize() / 8),
+                    0,
+                );
+                convert_floats_into(self.dtype, to, piece, &mut converted);
+                &converted
+            };
+            w.write_all(out).map_err(Error::io(shown))
+        };
+        match &self.data {
+            Data::Bytes(b) => b.chunks(WRITE_CHUNK).try_for_each(&mut put)?,
+            Data::Value(v, write) => write(*v, WRITE_CHUNK, &mut put).map_err(|e| match e {
+                Error::BadTensor { reason } => Error::BadTensor {
+                    reason: format!("cannot read {}: {reason}", crate::short::path(key)),
+                },
+                other => other,
+            })?,
         }
-        Item {
-            bytes: Cow::Owned(convert_floats(self.dtype, to, &self.bytes)),
-            dtype: to,
-            shape: self.shape,
+        if n != self.len() {
+            return Err(Error::BadTensor {
+                reason: format!(
+                    "{} handed over {n} bytes for a {:?} tensor of shape {:?} ({} bytes)",
+                    crate::short::path(key),
+                    self.dtype,
+                    self.shape,
+                    self.len()
+                ),
+            });
         }
+        Ok(())
     }
 }
 
-/// Writes `items` to `path` atomically (a temporary file, then a rename),
-/// keeping the permissions of the file it replaces.
+/// Writes `items` to `path` as safetensors, atomically (a temporary file,
+/// then a rename), keeping the permissions of the file it replaces: the
+/// header as `safetensors::serialize` makes it (tensors by dtype, largest
+/// alignment first, then by key; the JSON padded with spaces to 8 bytes),
+/// then each tensor's bytes streamed from its value, converted to
+/// `floats_as` where they convert. O(bytes); memory: the header and one
+/// piece of a value.
 fn write_file(
-    items: Vec<(String, Item<'_>)>,
+    mut items: Vec<(String, Item<'_>)>,
     metadata: Option<HashMap<String, String>>,
+    floats_as: Option<Dtype>,
     path: &Path,
 ) -> Result<(), Error> {
-    let old_permissions = std::fs::metadata(path).ok().map(|m| m.permissions());
-    safetensors::serialize_to_file(items, metadata, path).map_err(|source| Error::Write {
-        path: crate::short::path(&path.to_string_lossy()),
+    let shown = crate::short::path(&path.to_string_lossy());
+    let write_err = |source| Error::Write {
+        path: shown.clone(),
         source,
+    };
+    items.sort_by(|(ka, a), (kb, b)| {
+        b.written_dtype(floats_as)
+            .cmp(&a.written_dtype(floats_as))
+            .then_with(|| ka.cmp(kb))
+    });
+    let mut infos = Vec::with_capacity(items.len());
+    let mut offset = 0_usize;
+    for (key, item) in &items {
+        let len = usize::try_from(item.written_len(floats_as))
+            .map_err(|_| write_err(safetensors::SafeTensorError::ValidationOverflow))?;
+        infos.push((
+            key.clone(),
+            TensorInfo {
+                dtype: item.written_dtype(floats_as),
+                shape: item.shape.clone(),
+                data_offsets: (offset, offset + len),
+            },
+        ));
+        offset += len;
+    }
+    let header = Metadata::new(metadata, infos).map_err(write_err)?;
+    let mut header = serde_json::to_string(&header)
+        .map_err(|e| write_err(safetensors::SafeTensorError::JsonError(e)))?
+        .into_bytes();
+    header.resize(header.len().next_multiple_of(8), b' ');
+    if header.len() > MAX_HEADER {
+        return Err(write_err(safetensors::SafeTensorError::HeaderTooLarge));
+    }
+    let old_permissions = std::fs::metadata(path).ok().map(|m| m.permissions());
+    write_atomic_with(path, false, &mut |w| {
+        w.write_all(&(header.len() as u64).to_le_bytes())
+            .and_then(|()| w.write_all(&header))
+            .map_err(Error::io(&shown))?;
+        for (key, item) in &items {
+            item.write(key, item.written_dtype(floats_as), w, &shown)?;
+        }
+        Ok(())
+    })
+    // The file's own IO (its temporary file, writes, rename) fails as the
+    // safetensors writer's did.
+    .map_err(|e| match e {
+        Error::Io { source, .. } => write_err(safetensors::SafeTensorError::IoError(source)),
+        other => other,
     })?;
     set_permissions(path, old_permissions)
 }
+
+/// The largest header safetensors reads: 100 MB.
+const MAX_HEADER: usize = 100_000_000;
 
 /// One tensor held outside a tree (a copy staged for a write in the
 /// background), for [`write_tensors`].
@@ -341,7 +421,7 @@ pub(crate) struct Staged<'a> {
 /// Writes tensors held outside a tree to `path` as [`save`](super::save)
 /// writes a tree's: floats converted to `floats_as` where they convert,
 /// atomically (a temporary file, then a rename), with `metadata`. O(bytes);
-/// memory: the converted bytes under `floats_as`.
+/// memory: one converted piece under `floats_as`.
 pub(crate) fn write_tensors(
     tensors: &[Staged<'_>],
     floats_as: Option<Dtype>,
@@ -354,12 +434,12 @@ pub(crate) fn write_tensors(
             let item = Item {
                 dtype: t.dtype,
                 shape: t.shape.to_vec(),
-                bytes: Cow::Borrowed(t.bytes),
+                data: Data::Bytes(Cow::Borrowed(t.bytes)),
             };
-            (t.key.to_owned(), item.written(floats_as))
+            (t.key.to_owned(), item)
         })
         .collect();
-    write_file(items, metadata, path)
+    write_file(items, metadata, floats_as, path)
 }
 
 pub(crate) fn save_with(
@@ -370,11 +450,7 @@ pub(crate) fn save_with(
     shape_of: &dyn Fn(VarId) -> Option<Vec<usize>>,
 ) -> Result<SaveReport, Error> {
     let (items, report) = collect(tree, scope, opts, shape_of)?;
-    let items = items
-        .into_iter()
-        .map(|(k, it)| (k, it.written(opts.floats_as)))
-        .collect();
-    write_file(items, opts.metadata.clone(), path)?;
+    write_file(items, opts.metadata.clone(), opts.floats_as, path)?;
     Ok(report)
 }
 
@@ -389,7 +465,48 @@ pub(crate) fn save_sharded_with(
     opts: &SaveOptions,
     shape_of: &dyn Fn(VarId) -> Option<Vec<usize>>,
 ) -> Result<SaveReport, Error> {
-    let (items, mut report) = collect(tree, scope, opts, shape_of)?;
+    let (items, report) = collect(tree, scope, opts, shape_of)?;
+    write_sharded(items, report, dir, opts)
+}
+
+/// Saves tensors held outside a tree (staged by a save beside training) as
+/// [`save_sharded`](super::save_sharded) saves a tree's: shards of at most
+/// `opts.max_shard_size` tensor bytes in key order, `floats_as` and the
+/// metadata applied, the index last. O(bytes); memory: one converted piece.
+#[cfg_attr(not(feature = "candle"), allow(dead_code))]
+pub(crate) fn save_staged_sharded(
+    tensors: &[Staged<'_>],
+    dir: &Path,
+    opts: &SaveOptions,
+) -> Result<SaveReport, Error> {
+    let mut items: Vec<(String, Item<'_>)> = tensors
+        .iter()
+        .map(|t| {
+            (
+                t.key.to_owned(),
+                Item {
+                    dtype: t.dtype,
+                    shape: t.shape.to_vec(),
+                    data: Data::Bytes(Cow::Borrowed(t.bytes)),
+                },
+            )
+        })
+        .collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    let report = SaveReport {
+        keys: items.iter().map(|(k, _)| k.clone()).collect(),
+        ..SaveReport::default()
+    };
+    write_sharded(items, report, dir, opts)
+}
+
+/// Writes `items` (in key order) as shards and an index into `dir`.
+fn write_sharded(
+    items: Vec<(String, Item<'_>)>,
+    mut report: SaveReport,
+    dir: &Path,
+    opts: &SaveOptions,
+) -> Result<SaveReport, Error> {
     let shown = dir.to_string_lossy();
     std::fs::create_dir_all(dir).map_err(Error::io(&shown))?;
 
@@ -431,14 +548,10 @@ pub(crate) fn save_sharded_with(
     let mut weight_map: Vec<(String, String)> = Vec::with_capacity(report.keys.len());
     for (k, group) in groups.into_iter().enumerate() {
         let name = shard_name(k + 1, n);
-        let group: Vec<_> = group
-            .into_iter()
-            .map(|(key, it)| {
-                weight_map.push((key.clone(), name.clone()));
-                (key, it.written(opts.floats_as))
-            })
-            .collect();
-        write_file(group, Some(meta.clone()), &dir.join(&name))?;
+        for (key, _) in &group {
+            weight_map.push((key.clone(), name.clone()));
+        }
+        write_file(group, Some(meta.clone()), opts.floats_as, &dir.join(&name))?;
         report.shards.push(name);
     }
     let entries: Vec<(&str, &str)> = weight_map
@@ -469,24 +582,46 @@ pub(crate) fn new_save_id() -> String {
     format!("{nanos:x}-{:x}-{n:x}", std::process::id())
 }
 
-/// Writes `bytes` to a temporary file beside `path`, then renames it to
-/// `path`; nothing is left at `path` or beside it on an error.
+/// Writes `bytes` to a temporary file beside `path`, flushes it to the
+/// disk, then renames it to `path`; nothing is left at `path` or beside it
+/// on an error.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    use std::io::Write;
-    let shown = path.to_string_lossy();
-    let dir = path.parent().unwrap_or(Path::new("."));
+    let shown = path.to_string_lossy().into_owned();
     let old_permissions = std::fs::metadata(path).ok().map(|m| m.permissions());
-    let mut tmp = tempfile_in(dir).map_err(Error::io(&shown))?;
-    let written = tmp
-        .1
-        .write_all(bytes)
-        .and_then(|()| tmp.1.sync_all())
-        .and_then(|()| std::fs::rename(&tmp.0, path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp.0);
-        return Err(Error::io(&shown)(e));
-    }
+    write_atomic_with(path, true, &mut |w| {
+        w.write_all(bytes).map_err(Error::io(&shown))
+    })?;
     set_permissions(path, old_permissions)
+}
+
+/// Writes what `fill` writes into a temporary file beside `path` (through
+/// a 1 MiB buffer), flushes it to the disk when `sync`, then renames it to
+/// `path`; nothing is left at `path` or beside it on an error.
+fn write_atomic_with(
+    path: &Path,
+    sync: bool,
+    fill: &mut dyn FnMut(&mut dyn Write) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let shown = path.to_string_lossy();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let (tmp, file) = tempfile_in(dir).map_err(Error::io(&shown))?;
+    let written = (|| {
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, &file);
+        fill(&mut w)?;
+        w.flush().map_err(Error::io(&shown))?;
+        drop(w);
+        if sync {
+            file.sync_all().map_err(Error::io(&shown))?;
+        }
+        std::fs::rename(&tmp, path).map_err(Error::io(&shown))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// A new file beside the index, named for this process and a counter.

@@ -175,6 +175,56 @@ fn undo_all(tree: &mut ScopeTree, log: Vec<Undo>) {
     }
 }
 
+/// The commit of a load made elsewhere (a candle store's staged load):
+/// variables created and values put in with the same undo log as
+/// [`apply`]'s, undone together if a later step fails.
+#[cfg_attr(not(feature = "candle"), allow(dead_code))]
+pub(crate) struct Commit<'t> {
+    tree: &'t mut ScopeTree,
+    scope: ScopeId,
+    log: Vec<Undo>,
+}
+
+#[cfg_attr(not(feature = "candle"), allow(dead_code))]
+impl<'t> Commit<'t> {
+    /// A commit into the variables below `scope`.
+    pub(crate) fn new(tree: &'t mut ScopeTree, scope: ScopeId) -> Self {
+        Self {
+            tree,
+            scope,
+            log: Vec::new(),
+        }
+    }
+
+    /// Finds or creates the scopes of the key's components and creates the
+    /// variable; logged.
+    pub(crate) fn create(&mut self, comps: &[String]) -> Result<VarId, Error> {
+        create(self.tree, self.scope, comps, &mut self.log)
+    }
+
+    /// Puts `value` in `var` (replacing any value); logged.
+    pub(crate) fn put<T: crate::checkpoint::Checkpointable>(
+        &mut self,
+        var: VarId,
+        value: T,
+    ) -> Result<(), Error> {
+        let codec = Codec::of::<T>().1;
+        let old = (codec.put)(self.tree, var, Box::new(value))?;
+        self.log.push(Undo::Value(var, codec, old));
+        Ok(())
+    }
+
+    /// The tree, for reads.
+    pub(crate) fn tree(&self) -> &ScopeTree {
+        self.tree
+    }
+
+    /// Undoes every logged change, newest first.
+    pub(crate) fn undo(self) {
+        undo_all(self.tree, self.log);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -43,13 +43,19 @@ pub struct LoadOptions {
     pub(super) create: bool,
     pub(super) create_shaped: bool,
     pub(super) dtype: DtypePolicy,
-    pub(super) rollback: bool,
+    pub(crate) rollback: bool,
     pub(super) create_floats: Option<Dtype>,
     pub(super) types: Types,
     pub(super) filter: Option<Filter>,
     /// The codec of the values a load creates, by dtype, when not the
     /// crate's default (`Vec`/`Tensor`); the candle store makes `Var`s.
     pub(crate) create_with: Option<fn(Dtype) -> Option<Codec>>,
+    /// The most bytes a staged load (a candle store's) holds in staging
+    /// buffers at once.
+    pub(crate) staging: usize,
+    /// How many threads read a staged load's files; 0: as many as the
+    /// machine has cores, at most 8.
+    pub(crate) readers: usize,
 }
 
 impl Default for LoadOptions {
@@ -69,6 +75,8 @@ impl std::fmt::Debug for LoadOptions {
             .field("dtype", &self.dtype)
             .field("rollback", &self.rollback)
             .field("create_floats_as", &self.create_floats)
+            .field("staging_budget", &self.staging)
+            .field("readers", &self.readers)
             .finish_non_exhaustive()
     }
 }
@@ -110,6 +118,8 @@ impl LoadOptions {
             types: Types::builtin(),
             filter: None,
             create_with: None,
+            staging: super::staged::DEFAULT_STAGING_BUDGET,
+            readers: 0,
         }
     }
 
@@ -245,6 +255,46 @@ impl LoadOptions {
     pub fn create_floats_as(mut self, dtype: FloatDtype) -> Self {
         self.create_floats = Some(dtype.dtype());
         self
+    }
+
+    /// The most host memory a staged load holds in staging buffers at once
+    /// ([`DEFAULT_STAGING_BUDGET`](crate::checkpoint::DEFAULT_STAGING_BUDGET),
+    /// 256 MiB, by default). A candle store's loads read the checkpoint
+    /// through two buffers of half the budget each, pinned for a CUDA
+    /// device: the readers fill one while the other is copied to the
+    /// tensors' device, so the load's host memory is the budget whatever
+    /// the model's size (a tensor larger than a buffer is read in pieces).
+    /// A smaller budget costs speed, not correctness; a budget under 128
+    /// KiB counts as 128 KiB. O(1).
+    ///
+    /// ```
+    /// let _ = scopetree::checkpoint::LoadOptions::new().staging_budget(64 << 20);
+    /// ```
+    pub fn staging_budget(mut self, bytes: usize) -> Self {
+        self.staging = bytes;
+        self
+    }
+
+    /// How many threads read a staged load's files at once (by default as
+    /// many as the machine has cores, at most 8). Each window of the
+    /// checkpoint is split among them by byte range, across shards and
+    /// within large tensors. O(1).
+    ///
+    /// ```
+    /// let _ = scopetree::checkpoint::LoadOptions::new().readers(4);
+    /// ```
+    pub fn readers(mut self, threads: usize) -> Self {
+        self.readers = threads;
+        self
+    }
+
+    /// The number of reader threads a staged load uses.
+    #[cfg_attr(not(feature = "candle"), allow(dead_code))]
+    pub(crate) fn reader_threads(&self) -> usize {
+        if self.readers > 0 {
+            return self.readers;
+        }
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
     }
 
     /// Registers `T`, a type the crate implements [`Checkpointable`] for

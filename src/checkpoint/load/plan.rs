@@ -17,7 +17,7 @@ use crate::{ScopeId, ScopeTree, VarId, short};
 use rustc_hash::FxHashMap;
 
 /// What a load does with one file tensor.
-pub(super) enum Step {
+pub(crate) enum Step {
     Set {
         var: VarId,
         codec: Codec,
@@ -40,11 +40,11 @@ pub(super) enum Step {
 /// A checked load: its files, open, and a step for each tensor.
 pub(crate) struct Plan {
     /// The checkpoint's files, open.
-    pub(super) parts: Vec<Part>,
+    pub(crate) parts: Vec<Part>,
     /// Each tensor with its part, in part order, then data order.
-    pub(super) steps: Vec<(usize, FileTensor, Step)>,
+    pub(crate) steps: Vec<(usize, FileTensor, Step)>,
     /// The report so far: missing, unused, unassigned and not-tensor keys.
-    pub(super) report: LoadReport,
+    pub(crate) report: LoadReport,
 }
 
 fn describe(dtype: Dtype, shape: &[usize]) -> String {
