@@ -4,7 +4,9 @@
 //! By default a load assigns each `Var` from a value read just before, so it
 //! holds about one tensor beyond the header and its plan, and that memory
 //! serves the next tensor. `rollback(true)` reads every tensor first (about
-//! the file's size) so that a read error of the disk changes nothing. Print
+//! the file's size) so that a read error of the disk changes nothing. A
+//! load that converts dtypes goes through staging buffers: the values it
+//! makes, plus at most the staging budget. Print
 //! the figures with `cargo test --release --features candle --test
 //! candle_checkpoint_memory -- --nocapture`.
 
@@ -97,4 +99,49 @@ fn a_load_with_rollback_reads_the_whole_file_first() {
         "peak extra {extra} B"
     );
     assert_eq!(first(&s, "layers.w15"), 16.0);
+}
+
+#[test]
+fn a_converting_load_holds_its_values_and_at_most_the_staging_budget() {
+    use scopetree::checkpoint::FloatDtype;
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("bf16.safetensors");
+    let src = CandleStore::new();
+    for i in 0..TENSORS {
+        src.get(
+            ELEMS,
+            &format!("layers.w{i:02}"),
+            Init::Const(i as f64),
+            DType::BF16,
+            &Device::Cpu,
+        )
+        .unwrap();
+    }
+    src.save(&p).unwrap();
+    drop(src);
+    let budget = 256 * 1024;
+    let values = (TENSORS * ELEMS * 4) as i64; // made as f32
+    let fresh = CandleStore::new();
+    let (start, peak, _) = measure(|| {
+        let opts = LoadOptions::new()
+            .create(true)
+            .create_floats_as(FloatDtype::F32)
+            .staging_budget(budget);
+        fresh.load_on(&p, &opts, &Device::Cpu).unwrap();
+    });
+    let extra = peak - start - values;
+    println!(
+        "bf16 -> f32 through staging of {budget} B: peak extra beyond the values {extra} B, {} B kept",
+        fresh.staging_bytes()
+    );
+    assert!(
+        extra <= budget as i64 + OVERHEAD,
+        "{extra} B beyond the values"
+    );
+    // The staging kept for the next load is within the budget, and freed.
+    assert!(fresh.staging_bytes() > 0);
+    assert!(fresh.staging_bytes() <= budget);
+    fresh.free_staging();
+    assert_eq!(fresh.staging_bytes(), 0);
+    assert_eq!(first(&fresh, "layers.w15"), 15.0);
 }

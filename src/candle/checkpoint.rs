@@ -7,8 +7,7 @@ use candle_core::Var;
 
 use super::error::Error;
 use super::store::CandleStore;
-use super::var::var_codec;
-use crate::checkpoint::{self, LoadOptions, LoadReport, SaveOptions, SaveReport, Separator};
+use crate::checkpoint::{self, SaveOptions, SaveReport, Separator};
 use crate::sharing::VariableStore;
 
 impl CandleStore {
@@ -61,7 +60,7 @@ impl CandleStore {
         save: impl FnOnce(&VariableStore, &SaveOptions) -> Result<SaveReport, checkpoint::Error>,
     ) -> Result<SaveReport, Error> {
         let opts = opts.clone().separator(Separator::Dot).with_type::<Var>();
-        let inner = self.lock();
+        let inner = self.placed()?;
         // A dotted tree name would come back as another path.
         inner.named()?;
         Ok(save(&inner.store, &opts)?)
@@ -106,69 +105,5 @@ impl CandleStore {
         self.save_with(opts, |store, opts| {
             checkpoint::save_store_sharded(store, dir, opts)
         })
-    }
-
-    /// Loads `path` (dotted names, as candle writes them): strict and atomic
-    /// by default, as [`checkpoint::load`]: every name, shape and dtype is
-    /// checked against the file's header before anything changes. `path`
-    /// is a safetensors file, or a sharded Hugging Face checkpoint (its
-    /// `model.safetensors.index.json` or its directory), checked across all
-    /// its shards. Loaded
-    /// values are written into the existing `Var`s with `Var::set`, one
-    /// tensor at a time, so a model already built sees them. With
-    /// [`LoadOptions::create`] the variables the file names are created (on
-    /// the CPU) before the model is built; the model's `get`s then reuse
-    /// them, checked. The separator of `opts` is ignored (always `.`).
-    /// O(header + variables × depth + bytes read); memory: about one tensor
-    /// beyond the header (the file's size with
-    /// [`rollback(true)`](LoadOptions::rollback), or for the variables a
-    /// load creates).
-    ///
-    /// # Errors
-    /// [`Error::Checkpoint`] with every missing, unexpected and mismatched
-    /// name in one [`Mismatch`](checkpoint::Error::Mismatch), or a bad file;
-    /// the store is then unchanged. Only a read error of the disk after
-    /// every check has passed can leave some `Var`s loaded
-    /// ([`checkpoint::Error::Data`] with `rolled_back: false`);
-    /// `rollback(true)` reads the whole file before the first `Var::set`,
-    /// so that even that changes nothing.
-    ///
-    /// ```
-    /// # let dir = std::env::temp_dir().join(format!("st-doc-cl-{}", std::process::id()));
-    /// # std::fs::create_dir_all(&dir)?;
-    /// use candle_core::{DType, Device};
-    /// use scopetree::{candle::CandleStore, checkpoint::LoadOptions};
-    /// let trained = CandleStore::new();
-    /// candle_nn::linear(2, 2, trained.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
-    /// trained.save(dir.join("fc.safetensors"))?;
-    ///
-    /// let fresh = CandleStore::new();
-    /// fresh.load(dir.join("fc.safetensors"), &LoadOptions::new().create(true))?;
-    /// fresh.seal();
-    /// candle_nn::linear(2, 2, fresh.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
-    /// assert!(fresh.unused()?.is_empty());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn load(&self, path: impl AsRef<Path>, opts: &LoadOptions) -> Result<LoadReport, Error> {
-        let mut opts = opts
-            .clone()
-            .separator(Separator::Dot)
-            .with_crate_type::<Var>();
-        opts.create_with = Some(var_codec);
-        let mut inner = self.lock();
-        let report = checkpoint::load_store(&mut inner.store, path, &opts)?;
-        // The variables the load made join the collections, as if the model
-        // had made them (the store's freeze rules apply on top).
-        for key in &report.created {
-            let Some(id) = inner.store.find_sep(key, b'.') else {
-                continue;
-            };
-            let Ok(var) = inner.store.tree().get::<Var>(id) else {
-                continue;
-            };
-            let shape = crate::sharing::Shape::new(var.dims().iter().copied());
-            inner.store.adopt(id, shape, true)?;
-        }
-        Ok(report)
     }
 }

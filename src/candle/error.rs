@@ -92,6 +92,22 @@ pub enum Error {
         found: String,
     },
 
+    /// A load that names a device ([`load_on`](super::CandleStore::load_on))
+    /// met an existing variable on another device. Nothing was loaded.
+    #[error(
+        "cannot load `{}` onto {asked}: the variable lives on {found}; load without naming a \
+         device (each variable keeps its own), or move the variables first",
+        short_dotted(name)
+    )]
+    LoadDevice {
+        /// The variable's dotted name.
+        name: String,
+        /// The device the load names.
+        asked: String,
+        /// The device the variable is on.
+        found: String,
+    },
+
     /// The name holds a value that is not a candle `Var`.
     #[error(
         "variable `{}` holds a {}, not a candle Var; use another name",

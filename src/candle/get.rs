@@ -73,6 +73,8 @@ impl CandleStore {
     ) -> Result<Tensor, Error> {
         let shape: Shape = shape.into();
         let mut inner = self.lock();
+        // A deferred load's variables go where the model first asks.
+        inner.place_pending(device)?;
         let Inner {
             store,
             sealed,
@@ -124,7 +126,8 @@ impl CandleStore {
     /// ```
     pub fn var(&self, name: &str) -> Result<Option<Var>, Error> {
         check_name(name)?;
-        Ok(existing(&self.lock(), name)?.map(|(_, v)| v))
+        let inner = self.placed()?;
+        Ok(existing(&inner, name)?.map(|(_, v)| v))
     }
 }
 
@@ -203,6 +206,7 @@ impl SimpleBackend for CandleStore {
     fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
         check_name(name)?;
         let mut inner = self.lock();
+        inner.place_pending(dev)?;
         let Some(id) = inner.store.find_sep(name, b'.') else {
             return Err(Error::Missing {
                 name: name.to_owned(),
@@ -218,9 +222,13 @@ impl SimpleBackend for CandleStore {
         // No name check: the walk never finds an invalid name.
         let inner = self.lock();
         let store = &inner.store;
-        store
-            .find_sep(name, b'.')
-            .is_some_and(|id| store.tree().get::<Var>(id).is_ok())
+        inner
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.keys.contains(name))
+            || store
+                .find_sep(name, b'.')
+                .is_some_and(|id| store.tree().get::<Var>(id).is_ok())
     }
 }
 

@@ -60,7 +60,15 @@ impl CandleStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn names(&self) -> Result<Vec<String>, Error> {
-        Ok(self.lock().named()?.into_iter().map(|(k, ..)| k).collect())
+        let inner = self.lock();
+        let mut names: Vec<String> = inner.named()?.into_iter().map(|(k, ..)| k).collect();
+        // A deferred load's variables are named before they are placed.
+        if let Some(p) = &inner.pending {
+            names.extend(p.keys.iter().cloned());
+            names.sort_unstable();
+            names.dedup();
+        }
+        Ok(names)
     }
 
     /// Every `Var` with its dotted name, sorted by name. O(variables ×
@@ -78,7 +86,7 @@ impl CandleStore {
     /// ```
     pub fn named_vars(&self) -> Result<Vec<(String, Var)>, Error> {
         Ok(self
-            .lock()
+            .placed()?
             .named()?
             .into_iter()
             .map(|(k, _, v)| (k, v))
@@ -99,7 +107,12 @@ impl CandleStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn all_vars(&self) -> Result<Vec<Var>, Error> {
-        Ok(self.lock().named()?.into_iter().map(|(.., v)| v).collect())
+        Ok(self
+            .placed()?
+            .named()?
+            .into_iter()
+            .map(|(.., v)| v)
+            .collect())
     }
 
     /// The trainable `Var`s at or below `prefix` (`""` for all), by name:
@@ -130,10 +143,28 @@ impl CandleStore {
             .collect())
     }
 
+    /// [`trainable_vars`](Self::trainable_vars) with their dotted names, by
+    /// name. O(variables × depth).
+    ///
+    /// # Errors
+    /// As [`trainable_vars`](Self::trainable_vars).
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// let store = scopetree::candle::CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
+    /// let names: Vec<String> = store.trainable_named_vars("")?.into_iter().map(|(n, _)| n).collect();
+    /// assert_eq!(names, ["fc.bias", "fc.weight"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn trainable_named_vars(&self, prefix: &str) -> Result<Vec<(String, Var)>, Error> {
+        self.trainable_named(prefix)
+    }
+
     /// [`trainable_vars`](Self::trainable_vars) with their dotted names.
     pub(crate) fn trainable_named(&self, prefix: &str) -> Result<Vec<(String, Var)>, Error> {
         check_prefix(prefix)?;
-        let inner = self.lock();
+        let inner = self.placed()?;
         Ok(inner
             .named()?
             .into_iter()
@@ -160,7 +191,7 @@ impl CandleStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn trainable_vars_in(&self, collection: &str) -> Result<Vec<Var>, Error> {
-        let inner = self.lock();
+        let inner = self.placed()?;
         let members: FxHashSet<VarId> = inner
             .store
             .collection(collection, None)?
@@ -193,7 +224,7 @@ impl CandleStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn unused(&self) -> Result<Vec<String>, Error> {
-        let inner = self.lock();
+        let inner = self.placed()?;
         Ok(inner
             .named()?
             .into_iter()

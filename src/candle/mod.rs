@@ -15,8 +15,13 @@
 //! | `listing` | the `Var`s by name: all, trainable (by prefix or collection), unused |
 //! | `freeze` | freezing by prefix: the store's rules on top of the trainable flag |
 //! | `seal` | sealing: no new variable for an unknown name |
-//! | `checkpoint` | the store's saves (one file or sharded) and loads, in dotted names |
+//! | `checkpoint` | the store's saves (one file or sharded), in dotted names |
+//! | `load` | the store's loads: checked, staged to each tensor's device, committed at once; where new variables go |
+//! | `staged` | the store's side of staged loads: staging buffers, destinations, the sink |
+//! | `cuda/` | CUDA devices (feature `cuda`): page-locked staging and device copies |
 //! | `var` | a candle `Var` as a tree value: its shape, its checkpoint bytes |
+//! | `async_save` | [`AsyncSaver`]: saves of stores beside training, through one staging buffer kept between saves |
+//! | `adamw` | [`AdamW`]: candle-nn's AdamW step for step, its moments and step count in a store of their own |
 //! | `error` | [`Error`], this layer's errors |
 //!
 //! ```
@@ -34,16 +39,24 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod adamw;
+mod async_save;
 mod checkpoint;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod error;
 mod freeze;
 mod get;
 mod listing;
+mod load;
 mod names;
 mod seal;
+mod staged;
 mod store;
 mod var;
 
+pub use adamw::{AdamW, STEP};
+pub use async_save::{AsyncSaver, Staging};
 pub use error::Error;
 pub use store::CandleStore;
 

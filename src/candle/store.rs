@@ -27,6 +27,9 @@ pub(super) struct Inner {
     /// key, so it counts as not asked, and the map never holds more entries
     /// than the tree has had variable slots.
     pub(super) asked: SecondaryMap<VarKey, TreeTag>,
+    /// A load whose new variables wait for the device the model first asks
+    /// for (`load.rs`).
+    pub(super) pending: Option<super::load::Pending>,
 }
 
 impl Default for Inner {
@@ -37,6 +40,7 @@ impl Default for Inner {
             sealed: false,
             collections: vec![GLOBAL_VARIABLES.to_owned(), TRAINABLE_VARIABLES.to_owned()],
             asked: SecondaryMap::new(),
+            pending: None,
         }
     }
 }
@@ -128,7 +132,11 @@ impl CandleStore {
     }
 
     /// Runs `f` on the underlying [`VariableStore`]: the sharing API,
-    /// collections, deletion and renaming. O(1) plus `f`.
+    /// collections, deletion and renaming. The variables of a
+    /// [`load`](Self::load) that waits for its device are placed on the CPU
+    /// first (should that fail, they are left waiting, `f` does not see
+    /// them, and the next call that places them reports the error). O(1)
+    /// plus `f`.
     ///
     /// ```
     /// use candle_core::{DType, Device};
@@ -142,6 +150,15 @@ impl CandleStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_store<R>(&self, f: impl FnOnce(&mut VariableStore) -> R) -> R {
-        f(&mut self.lock().store)
+        let mut inner = self.lock();
+        if let Some(p) = inner.pending.take() {
+            // Placed, or kept waiting with its error for a later call.
+            let keep = p.clone();
+            inner.pending = Some(p);
+            if inner.place_pending(&Device::Cpu).is_err() {
+                inner.pending = Some(keep);
+            }
+        }
+        f(&mut inner.store)
     }
 }

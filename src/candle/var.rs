@@ -169,6 +169,19 @@ impl Checkpointable for Var {
         host_bytes(self).map(Cow::Owned).map_err(bad)
     }
 
+    /// Streams the elements without a whole copy on the host: a contiguous
+    /// CPU tensor's bytes straight from its storage, a CUDA tensor's
+    /// through two page-locked buffers of `chunk` bytes (the next piece
+    /// copies from the device while the last is written); other tensors
+    /// are made contiguous first.
+    fn write_le(
+        &self,
+        chunk: usize,
+        out: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        write_var(self, chunk, out)
+    }
+
     fn from_le_bytes(dtype: Dtype, shape: &[usize], bytes: Vec<u8>) -> Result<Self, Error> {
         let n = bytes.len();
         var_from_reader(dtype, shape, n, &mut bytes.as_slice())
@@ -186,6 +199,79 @@ impl Checkpointable for Var {
     fn assign(&mut self, new: Self) -> Result<(), Error> {
         let t = new.as_tensor().to_device(self.device()).map_err(bad)?;
         self.set(&t).map_err(bad)
+    }
+}
+
+/// Hands the elements of `t` to `out` as little-endian bytes, in pieces of
+/// at most `chunk` bytes (see `Checkpointable::write_le` for `Var`).
+pub(super) fn write_var(
+    t: &Tensor,
+    chunk: usize,
+    out: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
+) -> Result<(), Error> {
+    fn pieces<E: bytemuck::Pod>(
+        items: &[E],
+        (start, end): (usize, usize),
+        chunk: usize,
+        out: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let items = items.get(start..end).ok_or_else(|| {
+            bad(format!(
+                "a layout [{start}, {end}) past a storage of {} elements",
+                items.len()
+            ))
+        })?;
+        let size = std::mem::size_of::<E>();
+        let per = (chunk / size).max(1);
+        if items.is_empty() {
+            return out(&[]);
+        }
+        for c in items.chunks(per) {
+            if cfg!(target_endian = "little") {
+                out(bytemuck::cast_slice(c))?;
+            } else {
+                let mut b: Vec<u8> = bytemuck::cast_slice(c).to_vec();
+                for e in b.chunks_exact_mut(size) {
+                    e.reverse();
+                }
+                out(&b)?;
+            }
+        }
+        Ok(())
+    }
+    if !t.is_contiguous() {
+        let c = t.contiguous().map_err(bad)?;
+        return write_var(&c, chunk, out);
+    }
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(_) = t.device() {
+        return super::cuda::write_device(t, chunk, out);
+    }
+    if !t.device().is_cpu() {
+        let host = t.to_device(&Device::Cpu).map_err(bad)?;
+        return write_var(&host, chunk, out);
+    }
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cpu(cpu) = &*storage else {
+        return Err(bad("a CPU tensor without CPU storage"));
+    };
+    let range = layout
+        .contiguous_offsets()
+        .ok_or_else(|| bad("a contiguous tensor without offsets"))?;
+    match cpu {
+        CpuStorage::U8(v) => pieces(v, range, chunk, out),
+        CpuStorage::U32(v) => pieces(v, range, chunk, out),
+        CpuStorage::I16(v) => pieces(v, range, chunk, out),
+        CpuStorage::I32(v) => pieces(v, range, chunk, out),
+        CpuStorage::I64(v) => pieces(v, range, chunk, out),
+        CpuStorage::BF16(v) => pieces(v, range, chunk, out),
+        CpuStorage::F16(v) => pieces(v, range, chunk, out),
+        CpuStorage::F32(v) => pieces(v, range, chunk, out),
+        CpuStorage::F64(v) => pieces(v, range, chunk, out),
+        _ => Err(bad(format!(
+            "scopetree checkpoints do not store {:?}",
+            t.dtype()
+        ))),
     }
 }
 

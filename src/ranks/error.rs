@@ -225,7 +225,14 @@ pub enum Error {
 #[cfg(feature = "candle")]
 impl From<crate::candle::Error> for Error {
     fn from(e: crate::candle::Error) -> Self {
-        Error::Candle(Box::new(e))
+        match e {
+            // A store's load verifies the checksums the ranks' saves write:
+            // the ranks' own error says so, as their checks do.
+            crate::candle::Error::Checkpoint(crate::checkpoint::Error::Corrupted { key, path }) => {
+                Error::Corrupted { key, file: path }
+            }
+            other => Error::Candle(Box::new(other)),
+        }
     }
 }
 

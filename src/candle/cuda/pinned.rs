@@ -1,0 +1,198 @@
+//! [`Pinned`]: a page-locked host buffer that stages bytes between the
+//! host and a CUDA device, with the one `unsafe` call of the crate (its
+//! allocation) and the event that makes reusing it while a copy runs
+//! impossible.
+//!
+//! Copies into or out of the buffer are asynchronous: the device's copy
+//! engine reads (or writes) the page-locked memory after the call that
+//! started it has returned. Every such copy records the buffer's event on
+//! its stream right after it is queued, and every access to the bytes from
+//! the host ([`Pinned::bytes`], [`Pinned::bytes_mut`], dropping the buffer)
+//! first waits for that event. The bytes are only reachable through those
+//! methods, so the host can neither read bytes a copy has not yet written
+//! nor overwrite bytes a copy is still taking. Copies in one direction are
+//! queued back to back (the pieces of a window go out together); a copy in
+//! the other direction first waits for those before it.
+
+#![allow(unsafe_code)]
+
+use std::sync::Arc;
+
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaContext, CudaEvent, CudaStream, CudaView, CudaViewMut, DeviceRepr, DriverError,
+    PinnedHostSlice, sys,
+};
+
+/// A page-locked host buffer and the event of the last copy into or out of
+/// it.
+pub(crate) struct Pinned {
+    host: PinnedHostSlice<u8>,
+    /// Recorded on the stream of every copy into or out of `host`, after
+    /// the copy; waited on before the host touches `host`.
+    done: CudaEvent,
+    /// The direction of the copies queued since the last wait (`true`:
+    /// into the buffer, from the device) and their stream (its handle's
+    /// address): the event tracks one stream.
+    queued: Option<(bool, usize)>,
+}
+
+impl std::fmt::Debug for Pinned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pinned")
+            .field("len", &self.host.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pinned {
+    /// `len` zero bytes of page-locked memory, usable with every context
+    /// (`CU_MEMHOSTALLOC_PORTABLE`), cached for the host's reads (not
+    /// write-combined: the host hashes and writes out what it stages).
+    ///
+    /// # Errors
+    /// The driver's, when the memory cannot be page-locked.
+    pub(crate) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, DriverError> {
+        let len = len.max(1);
+        // SAFETY: `alloc_pinned_with_flags` is unsafe only because the
+        // memory it returns is not initialised. Nothing reads it before the
+        // `write_bytes` below has zeroed all `len` bytes: the slice is not
+        // exposed until this function returns, and no copy has been queued
+        // on it yet.
+        let mut host =
+            unsafe { ctx.alloc_pinned_with_flags::<u8>(len, sys::CU_MEMHOSTALLOC_PORTABLE)? };
+        let ptr = host.as_mut_ptr()?;
+        // SAFETY: `ptr` is the start of the `len` bytes `host` owns, valid
+        // for writes and not aliased (`host` is borrowed mutably and no
+        // copy uses it yet); `u8` has no invalid bit patterns.
+        unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        let done = ctx.new_event(None)?;
+        Ok(Self {
+            host,
+            done,
+            queued: None,
+        })
+    }
+
+    /// Its size in bytes. O(1).
+    pub(crate) fn len(&self) -> usize {
+        self.host.len()
+    }
+
+    /// The bytes, for the host to read, once every copy into or out of
+    /// them has ended.
+    ///
+    /// # Errors
+    /// The driver's, when waiting fails.
+    pub(crate) fn bytes(&mut self) -> Result<&[u8], DriverError> {
+        self.wait()?;
+        self.host.as_slice()
+    }
+
+    /// Waits for every copy queued into or out of the buffer.
+    fn wait(&mut self) -> Result<(), DriverError> {
+        if self.queued.is_some() {
+            self.done.synchronize()?;
+            self.queued = None;
+        }
+        Ok(())
+    }
+
+    /// Before a copy in direction `into` on `stream`: waits for the copies
+    /// queued in the other direction or on another stream.
+    fn turn(&mut self, into: bool, stream: &CudaStream) -> Result<(), DriverError> {
+        let on = stream.cu_stream() as usize;
+        if self.queued.is_some_and(|q| q != (into, on)) {
+            self.wait()?;
+        }
+        Ok(())
+    }
+
+    /// The bytes, for the host to write, once every copy into or out of
+    /// them has ended.
+    ///
+    /// # Errors
+    /// The driver's, when waiting fails.
+    pub(crate) fn bytes_mut(&mut self) -> Result<&mut [u8], DriverError> {
+        self.wait()?;
+        self.host.as_mut_slice()
+    }
+
+    /// Queues a copy of `self[from..from + dst.len() * size_of::<T>()]` to
+    /// `dst` on `stream`, and records the buffer's event after it. `from`
+    /// is a multiple of `T`'s alignment.
+    ///
+    /// # Errors
+    /// The driver's; [`DriverError`] `CUDA_ERROR_INVALID_VALUE` when the
+    /// range is outside the buffer or misaligned for `T`.
+    pub(crate) fn copy_to_device<T: DeviceRepr + bytemuck::Pod>(
+        &mut self,
+        from: usize,
+        dst: &mut CudaViewMut<'_, T>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), DriverError> {
+        let n = dst.len() * std::mem::size_of::<T>();
+        self.turn(false, stream)?;
+        // Other copies out of the buffer may run: they only read it.
+        let bytes = self.host.as_slice()?;
+        let src: &[T] = bytes
+            .get(from..from + n)
+            .and_then(|b| bytemuck::try_cast_slice(b).ok())
+            .ok_or(invalid())?;
+        stream.memcpy_htod(src, dst)?;
+        self.recorded(stream, false)
+    }
+
+    /// Queues a copy of `src` into `self[at..at + src.len() *
+    /// size_of::<T>()]` on `stream`, and records the buffer's event after
+    /// it. `at` is a multiple of `T`'s alignment.
+    ///
+    /// # Errors
+    /// As [`copy_to_device`](Self::copy_to_device).
+    pub(crate) fn copy_from_device<T: DeviceRepr + bytemuck::Pod>(
+        &mut self,
+        src: &CudaView<'_, T>,
+        at: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<(), DriverError> {
+        let n = src.len() * std::mem::size_of::<T>();
+        self.turn(true, stream)?;
+        // Other copies into the buffer may run: each writes its own range.
+        let bytes = self.host.as_mut_slice()?;
+        let dst: &mut [T] = bytes
+            .get_mut(at..at + n)
+            .and_then(|b| bytemuck::try_cast_slice_mut(b).ok())
+            .ok_or(invalid())?;
+        stream.memcpy_dtoh(src, dst)?;
+        self.recorded(stream, true)
+    }
+
+    /// Asks the driver to start the copies queued so far (an event query
+    /// submits the work before it, where a driver holds work back).
+    pub(crate) fn flush(&self) {
+        let _ = self.done.try_is_complete();
+    }
+
+    /// Records the event after the copy just queued on `stream`; if that
+    /// fails, waits for the stream instead, so that no copy is left
+    /// untracked.
+    fn recorded(&mut self, stream: &Arc<CudaStream>, into: bool) -> Result<(), DriverError> {
+        self.queued = Some((into, stream.cu_stream() as usize));
+        self.done.record(stream).or_else(|e| {
+            stream.synchronize()?;
+            self.queued = None;
+            Err(e)
+        })
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // The memory is freed after this: no copy may still use it. An
+        // error here means the context is gone, and its copies with it.
+        let _ = self.done.synchronize();
+    }
+}
+
+fn invalid() -> DriverError {
+    DriverError(sys::cudaError_enum::CUDA_ERROR_INVALID_VALUE)
+}
