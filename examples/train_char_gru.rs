@@ -53,9 +53,10 @@ use std::error::Error;
 use std::time::Instant;
 
 use candle_core::{D, DType, Device, Module, Tensor};
+use candle_nn::VarMap;
 use candle_nn::rnn::{GRU, GRUConfig, RNN};
 use candle_nn::{AdamW, Embedding, Linear, Optimizer, ParamsAdamW, VarBuilder};
-use scopetree::candle::CandleStore;
+use scopetree::candle::{AdamW as StoreAdamW, CandleStore};
 use scopetree::checkpoint::LoadOptions;
 use scopetree::ranks::{CandlePlan, Collective, DIGEST_BYTES, PlanOptions, Reduce};
 
@@ -73,6 +74,9 @@ struct Args {
     seed: u64,
     save: Option<String>,
     resume: Option<String>,
+    device: String,
+    /// Steps of the store-against-VarMap check before training (0: none).
+    parity: usize,
 }
 
 impl Args {
@@ -88,6 +92,8 @@ impl Args {
             seed: 7,
             save: None,
             resume: None,
+            device: "cpu".to_owned(),
+            parity: 0,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -102,10 +108,13 @@ impl Args {
                 "--seed" => a.seed = value()?.parse()?,
                 "--save" => a.save = Some(value()?),
                 "--resume" => a.resume = Some(value()?),
+                "--device" => a.device = value()?,
+                "--parity" => a.parity = value()?.parse()?,
                 "-h" | "--help" => {
                     println!(
                         "train_char_gru [--epochs N] [--steps N per epoch] [--batch N] [--seq N] \
-                         [--hidden N] [--lr X] [--seed N] [--save PATH] [--resume PATH]"
+                         [--hidden N] [--lr X] [--seed N] [--save PATH] [--resume PATH] \
+                         [--device cpu|cuda] [--parity STEPS]"
                     );
                     std::process::exit(0);
                 }
@@ -315,6 +324,110 @@ fn describe(losses: &[f64]) -> String {
     }
 }
 
+/// Where the optimizer state of the checkpoint `path` is saved.
+fn optim_path(path: &str) -> String {
+    format!("{path}.optim.safetensors")
+}
+
+/// An xxh3-free digest of every parameter's bits (FNV-1a over the names
+/// and values, in name order), to compare runs.
+fn digest(store: &CandleStore) -> Res<String> {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |b: &[u8]| {
+        for x in b {
+            h ^= u64::from(*x);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for (k, v) in store.named_vars()? {
+        eat(k.as_bytes());
+        let vals: Vec<f32> = v.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?;
+        for x in vals {
+            eat(&x.to_bits().to_le_bytes());
+        }
+    }
+    Ok(format!("{h:016x}"))
+}
+
+/// The store with scopetree's AdamW against a `VarMap` with candle's, from
+/// the same values on the same device, `a.parity` steps: bit for bit.
+fn parity(
+    store: &CandleStore,
+    model: &CharGru,
+    a: &Args,
+    vocab: usize,
+    train: &[u32],
+    dev: &Device,
+    params: ParamsAdamW,
+) -> Res<()> {
+    let map = VarMap::new();
+    let map_model = CharGru::new(
+        &VarBuilder::from_varmap(&map, DType::F32, dev),
+        vocab,
+        a.embed,
+        a.hidden,
+    )?;
+    let mut named: Vec<(String, candle_core::Var)> = map
+        .data()
+        .lock()
+        .map_err(|_| "lock")?
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    named.sort_by(|x, y| x.0.cmp(&y.0));
+    // Both start from the store's values; the store's are put back after.
+    let saved: Vec<(String, Tensor)> = store
+        .named_vars()?
+        .into_iter()
+        .map(|(k, v)| (k, v.as_tensor().copy().expect("copy")))
+        .collect();
+    for (k, v) in &named {
+        v.set(
+            store
+                .var(k)?
+                .ok_or_else(|| format!("{k} missing"))?
+                .as_tensor(),
+        )?;
+    }
+    let mut opt_map = AdamW::new(
+        named.iter().map(|(_, v)| v.clone()).collect(),
+        params.clone(),
+    )?;
+    let mut opt = StoreAdamW::new(store.trainable_named_vars("")?, params)?;
+    let mut rng = SplitMix(a.seed ^ 0xFACE);
+    for _ in 0..a.parity {
+        let starts: Vec<usize> = (0..a.batch)
+            .map(|_| rng.below(train.len() - a.seq - 1))
+            .collect();
+        let (x, y) = batch(train, &starts, a.seq, dev)?;
+        opt_map.backward_step(&map_model.loss(&x, &y)?)?;
+        opt.backward_step(&model.loss(&x, &y)?)?;
+    }
+    let mut same = true;
+    for (k, v) in &named {
+        let ours = store.var(k)?.ok_or("missing")?;
+        let (p, q): (Vec<f32>, Vec<f32>) =
+            (v.flatten_all()?.to_vec1()?, ours.flatten_all()?.to_vec1()?);
+        same &= p
+            .iter()
+            .map(|x| x.to_bits())
+            .eq(q.iter().map(|x| x.to_bits()));
+    }
+    println!(
+        "{} the store with scopetree's AdamW and VarMap with candle's AdamW, {} steps on {:?}",
+        if same { "bit-identical:" } else { "DIFFERENT:" },
+        a.parity,
+        dev.location()
+    );
+    for (k, t) in saved {
+        store.var(&k)?.ok_or("missing")?.set(&t)?;
+    }
+    if !same {
+        return Err("the store and VarMap differ".into());
+    }
+    Ok(())
+}
+
 /// Mean loss over fixed, evenly spaced windows of `ids`.
 fn eval_loss(model: &CharGru, ids: &[u32], a: &Args, dev: &Device) -> Res<f64> {
     let span = ids.len() - a.seq - 1;
@@ -346,7 +459,14 @@ fn main() -> Res<()> {
     macro_rules! say {
         ($($t:tt)*) => { if rank == 0 { println!($($t)*); } };
     }
-    let dev = Device::Cpu;
+    let dev = match a.device.as_str() {
+        "cpu" => Device::Cpu,
+        "cuda" => Device::new_cuda(0).map_err(|e| {
+            format!("--device cuda: {e} (build with --features cuda, on a machine with a GPU)")
+        })?,
+        other => return Err(format!("--device {other}: cpu or cuda").into()),
+    };
+    say!("device: {:?}", dev.location());
     let corpus = Corpus::new(lipsum::LIBER_PRIMUS);
     let vocab = corpus.chars.len();
     let split = corpus.ids.len() * 9 / 10;
@@ -375,7 +495,7 @@ fn main() -> Res<()> {
 
     let store = CandleStore::new();
     if let Some(path) = &a.resume {
-        let report = store.load(path, &LoadOptions::new().create(true))?;
+        let report = store.load_on(path, &LoadOptions::new().create(true), &dev)?;
         store.seal();
         say!(
             "resumed from {path}: {} tensors created, sealed",
@@ -405,13 +525,28 @@ fn main() -> Res<()> {
     // the variables the optimizer steps.
     let mut plan = CandlePlan::new(world, &store, &PlanOptions::new())?;
     plan.broadcast(world, 0)?;
-    let mut opt = AdamW::new(
-        plan.vars().to_vec(),
-        ParamsAdamW {
-            lr: a.lr,
-            ..ParamsAdamW::default()
-        },
-    )?;
+    let params = ParamsAdamW {
+        lr: a.lr,
+        ..ParamsAdamW::default()
+    };
+    if a.parity > 0 {
+        parity(&store, &model, &a, vocab, train, &dev, params.clone())?;
+    }
+    // scopetree's AdamW: candle's, step for step, with its moments and step
+    // count in a store that `--save` writes beside the model and `--resume`
+    // reads back, so a resumed run continues bit for bit.
+    let named = store.trainable_named_vars("")?;
+    let mut opt = StoreAdamW::new(named, params)?;
+    if let Some(path) = &a.resume {
+        let state = optim_path(path);
+        if std::path::Path::new(&state).exists() {
+            opt.state().load(&state, &LoadOptions::new())?;
+            say!("optimizer state from {state}: step {}", opt.step_count()?);
+        }
+    }
+    // Epochs already trained (a resumed run goes on where the saved one
+    // stopped), so that epoch e draws the same batches in both.
+    let done = usize::try_from(opt.step_count()?)? / a.steps.max(1);
     let mut rng = SplitMix(a.seed);
     let start = eval_loss(&model, held_out, &a, &dev)?;
     // Every rank takes part in the all-gather, rank 0 prints.
@@ -422,6 +557,8 @@ fn main() -> Res<()> {
     for epoch in 1..=a.epochs {
         let t0 = Instant::now();
         let mut sum = 0.0;
+        let mut rng =
+            SplitMix(a.seed ^ ((done + epoch) as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93));
         for _ in 0..a.steps {
             let starts: Vec<usize> = (0..a.batch)
                 .map(|_| rng.below(train.len() - a.seq - 1))
@@ -440,12 +577,14 @@ fn main() -> Res<()> {
         last = eval_loss(&model, held_out, &a, &dev)?;
         let losses = every_rank(world, last)?;
         consistent &= losses.iter().all(|l| l.to_bits() == last.to_bits());
+        let secs = t0.elapsed().as_secs_f64();
         say!(
-            "epoch {epoch:2}: training loss {:.4}, held-out loss {} ({:.0} % of the unigram entropy), {:.1} s",
+            "epoch {:2}: training loss {:.4}, held-out loss {} ({:.0} % of the unigram entropy), {secs:.1} s, {:.0} tokens/s",
+            done + epoch,
             total[0] / ranks as f64,
             describe(&losses),
             100.0 * last / entropy,
-            t0.elapsed().as_secs_f64()
+            (a.steps * a.batch * a.seq) as f64 / secs
         );
     }
     say!("final held-out loss: {last}");
@@ -455,7 +594,16 @@ fn main() -> Res<()> {
         if let Some(report) = plan.save_on_root(world, &store, path, 0)? {
             say!("saved {} tensors to {path}", report.keys.len());
         }
+        if rank == 0 {
+            let state = optim_path(path);
+            opt.state().save(&state)?;
+            say!(
+                "saved the optimizer state (step {}) to {state}",
+                opt.step_count()?
+            );
+        }
     }
+    say!("parameters: digest {}", digest(&store)?);
     if !consistent {
         return Err("the held-out losses differ between ranks".into());
     }

@@ -54,9 +54,10 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use candle_core::{D, DType, Device, IndexOp, Tensor};
+use candle_nn::VarMap;
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder};
 use candle_transformers::models::llama2_c::{Cache, Config, Llama};
-use scopetree::candle::CandleStore;
+use scopetree::candle::{AdamW as StoreAdamW, AsyncSaver, CandleStore};
 use scopetree::checkpoint::{LoadOptions, SaveOptions};
 
 type Res<T> = Result<T, Box<dyn Error>>;
@@ -69,6 +70,11 @@ struct Args {
     lr: f64,
     seed: u64,
     dir: Option<PathBuf>,
+    device: String,
+    /// Steps of the parity, resume and save-cost checks (part 6).
+    check_steps: usize,
+    /// An async save every this many steps in the save-cost check.
+    save_every: usize,
 }
 
 impl Args {
@@ -80,6 +86,9 @@ impl Args {
             lr: 1e-2,
             seed: 7,
             dir: None,
+            device: "cpu".to_owned(),
+            check_steps: 40,
+            save_every: 10,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -91,10 +100,14 @@ impl Args {
                 "--lr" => a.lr = value()?.parse()?,
                 "--seed" => a.seed = value()?.parse()?,
                 "--dir" => a.dir = Some(value()?.into()),
+                "--device" => a.device = value()?,
+                "--check-steps" => a.check_steps = value()?.parse()?,
+                "--save-every" => a.save_every = value()?.parse()?,
                 "-h" | "--help" => {
                     println!(
                         "train_llama2_c [--steps N] [--finetune-steps N] [--batch N] [--lr X] \
-                         [--seed N] [--dir PATH (default: a new directory under the temp dir)]"
+                         [--seed N] [--dir PATH (default: a new directory under the temp dir)] \
+                         [--device cpu|cuda] [--check-steps N] [--save-every N]"
                     );
                     std::process::exit(0);
                 }
@@ -103,6 +116,9 @@ impl Args {
         }
         if a.batch == 0 {
             return Err("--batch must be positive".into());
+        }
+        if a.save_every == 0 || a.check_steps < 2 {
+            return Err("--save-every must be positive and --check-steps at least 2".into());
         }
         Ok(a)
     }
@@ -323,9 +339,22 @@ fn shard_paths(dir: &Path) -> Res<Vec<PathBuf>> {
     Ok(files.into_iter().map(|f| dir.join(f)).collect())
 }
 
+/// The device `--device` names.
+fn device(name: &str) -> Res<Device> {
+    match name {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Device::new_cuda(0).map_err(|e| {
+            format!("--device cuda: {e} (build with --features cuda, on a machine with a GPU)")
+                .into()
+        }),
+        other => Err(format!("--device {other}: cpu or cuda").into()),
+    }
+}
+
 fn main() -> Res<()> {
     let a = Args::parse()?;
-    let dev = Device::Cpu;
+    let dev = device(&a.device)?;
+    println!("device: {:?}", dev.location());
     let cfg = config();
     let mut failures = Vec::new();
     let dir = match &a.dir {
@@ -473,9 +502,11 @@ fn main() -> Res<()> {
         report.keys.len(),
         adapter_dir.display()
     );
+    // Both loads name the device: a second `load` would place the first's
+    // waiting variables on the CPU before reading the adapter into them.
     let fresh = CandleStore::new();
-    fresh.load(&base_dir, &LoadOptions::new().create(true))?;
-    fresh.load(&adapter_dir, &LoadOptions::new().allow_missing(true))?;
+    fresh.load_on(&base_dir, &LoadOptions::new().create(true), &dev)?;
+    fresh.load_on(&adapter_dir, &LoadOptions::new().allow_missing(true), &dev)?;
     fresh.seal();
     let reloaded = Llama::load(fresh.var_builder(DType::F32, &dev), cfg.clone())?;
     check(
@@ -490,12 +521,275 @@ fn main() -> Res<()> {
         &mut failures,
     );
 
+    // 6. On the chosen device: the store against VarMap, a resume through
+    //    files, the cost of saves beside training, tokens per second.
+    device_checks(&a, &dev, &base_dir, &dir, train_text, &mut failures)?;
+
     if a.dir.is_none() {
         std::fs::remove_dir_all(&dir)?;
     }
     if !failures.is_empty() {
         eprintln!("failed: {failures:?}");
         std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// The batch of step `step`: drawn from `(seed, step)` alone, so a run
+/// resumed at any step draws what the uninterrupted run drew.
+fn step_batch(
+    text: &[u8],
+    seed: u64,
+    step: usize,
+    b: usize,
+    dev: &Device,
+) -> Res<(Tensor, Tensor)> {
+    let t = config().seq_len;
+    let mut rng = SplitMix(seed ^ (step as u64).wrapping_mul(0xA24B_AED4_963E_E407));
+    let starts: Vec<usize> = (0..b).map(|_| rng.below(text.len() - t - 1)).collect();
+    batch(text, &starts, t, dev)
+}
+
+/// Steps `from..to` of `opt` on `model`; returns the seconds taken (the
+/// device synchronized at the end).
+fn steps<O: Optimizer>(
+    model: &Llama,
+    opt: &mut O,
+    text: &[u8],
+    (from, to): (usize, usize),
+    a: &Args,
+    dev: &Device,
+    mut after_step: impl FnMut(usize) -> Res<()>,
+) -> Res<f64> {
+    let mut cache = rotary(&config(), dev)?;
+    dev.synchronize()?;
+    let t0 = Instant::now();
+    for step in from..to {
+        let (x, y) = step_batch(text, a.seed, step, a.batch, dev)?;
+        let l = loss(model, &mut cache, &x, &y)?;
+        opt.backward_step(&l)?;
+        after_step(step + 1)?;
+    }
+    dev.synchronize()?;
+    Ok(t0.elapsed().as_secs_f64())
+}
+
+/// Every variable's bits, by name.
+fn bits_of(named: Vec<(String, candle_core::Var)>) -> Res<Vec<(String, Vec<u32>)>> {
+    let mut out = Vec::new();
+    for (k, v) in named {
+        let vals: Vec<f32> = v.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?;
+        out.push((k, vals.iter().map(|x| x.to_bits()).collect()));
+    }
+    out.sort_by(|x, y| x.0.cmp(&y.0));
+    Ok(out)
+}
+
+/// A fresh store holding the checkpoint `from`, on `dev`, with the model
+/// built on it.
+fn loaded(from: &Path, dev: &Device) -> Res<(CandleStore, Llama)> {
+    let store = CandleStore::new();
+    store.load_on(from, &LoadOptions::new().create(true), dev)?;
+    store.seal();
+    let model = Llama::load(store.var_builder(DType::F32, dev), config())?;
+    Ok((store, model))
+}
+
+fn device_checks(
+    a: &Args,
+    dev: &Device,
+    base: &Path,
+    dir: &Path,
+    text: &[u8],
+    failures: &mut Vec<String>,
+) -> Res<()> {
+    let n = a.check_steps;
+    let params = ParamsAdamW {
+        lr: a.lr,
+        ..ParamsAdamW::default()
+    };
+    println!(
+        "on {:?}, from the published checkpoint, {n} steps each:",
+        dev.location()
+    );
+
+    // The store with scopetree's AdamW against VarMap with candle's, on
+    // the same device, from the same values.
+    let map = VarMap::new();
+    let map_model = Llama::load(VarBuilder::from_varmap(&map, DType::F32, dev), config())?;
+    let mut named: Vec<(String, candle_core::Var)> = map
+        .data()
+        .lock()
+        .map_err(|_| "lock")?
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    named.sort_by(|x, y| x.0.cmp(&y.0));
+    let (store, model) = loaded(base, dev)?;
+    for (k, v) in &named {
+        let ours = store
+            .var(k)?
+            .ok_or_else(|| format!("{k} is not in the checkpoint"))?;
+        v.set(ours.as_tensor())?;
+    }
+    let mut opt_map = AdamW::new(
+        named.iter().map(|(_, v)| v.clone()).collect(),
+        params.clone(),
+    )?;
+    let mut opt = StoreAdamW::for_store(&store, "", params.clone())?;
+    let t_map = steps(&map_model, &mut opt_map, text, (0, n), a, dev, |_| Ok(()))?;
+    let t_ours = steps(&model, &mut opt, text, (0, n), a, dev, |_| Ok(()))?;
+    check(
+        bits_of(named)? == bits_of(store.named_vars()?)?,
+        &format!(
+            "the store with scopetree's AdamW and VarMap with candle's AdamW end bit-identical on {:?}",
+            dev.location()
+        ),
+        failures,
+    );
+    let tokens = (n * a.batch * config().seq_len) as f64;
+    println!(
+        "tokens/s on {:?}: {:.0} (store), {:.0} (VarMap)",
+        dev.location(),
+        tokens / t_ours,
+        tokens / t_map
+    );
+    if !dev.is_cpu() {
+        let m = n.min(10);
+        let (cpu_store, cpu_model) = loaded(base, &Device::Cpu)?;
+        let mut cpu_opt = StoreAdamW::for_store(&cpu_store, "", params.clone())?;
+        let t_cpu = steps(
+            &cpu_model,
+            &mut cpu_opt,
+            text,
+            (0, m),
+            a,
+            &Device::Cpu,
+            |_| Ok(()),
+        )?;
+        let cpu_rate = (m * a.batch * config().seq_len) as f64 / t_cpu;
+        println!(
+            "FIGURE tokens/s: {:.0} on {:?} against {cpu_rate:.0} on the CPU ({:.1}x)",
+            tokens / t_ours,
+            dev.location(),
+            tokens / t_ours / cpu_rate
+        );
+    }
+
+    // A run that never stops, against one saved at step k (parameters and
+    // optimizer state, beside training) and resumed from the files in a
+    // fresh store and optimizer.
+    let k = n / 2;
+    let (whole, whole_model) = loaded(base, dev)?;
+    let mut whole_opt = StoreAdamW::for_store(&whole, "", params.clone())?;
+    steps(&whole_model, &mut whole_opt, text, (0, n), a, dev, |_| {
+        Ok(())
+    })?;
+    let (first, first_model) = loaded(base, dev)?;
+    let mut first_opt = StoreAdamW::for_store(&first, "", params.clone())?;
+    steps(&first_model, &mut first_opt, text, (0, k), a, dev, |_| {
+        Ok(())
+    })?;
+    let ck = dir.join(format!("step-{k}"));
+    let mut saver = AsyncSaver::new(256 << 20);
+    saver.save_sharded(
+        &[
+            (&first, ck.join("model")),
+            (first_opt.state(), ck.join("optim")),
+        ],
+        &SaveOptions::new(),
+    )?;
+    // Training goes on past the save; the save holds the values of step k.
+    steps(
+        &first_model,
+        &mut first_opt,
+        text,
+        (k, k + 3),
+        a,
+        dev,
+        |_| Ok(()),
+    )?;
+    saver.wait()?;
+    let (resumed, resumed_model) = loaded(&ck.join("model"), dev)?;
+    let mut resumed_opt = StoreAdamW::for_store(&resumed, "", params.clone())?;
+    resumed_opt
+        .state()
+        .load(ck.join("optim"), &LoadOptions::new())?;
+    steps(
+        &resumed_model,
+        &mut resumed_opt,
+        text,
+        (k, n),
+        a,
+        dev,
+        |_| Ok(()),
+    )?;
+    check(
+        bits_of(resumed.named_vars()?)? == bits_of(whole.named_vars()?)?
+            && resumed_opt.step_count()? == n as u64,
+        &format!(
+            "a run resumed at step {k} from its async save ends bit-identical to one that never stopped"
+        ),
+        failures,
+    );
+
+    // The cost of saves beside training: the same steps without saves and
+    // with an async save every `save_every` steps, in turn, twice.
+    let (s2, m2) = loaded(base, dev)?;
+    let mut o2 = StoreAdamW::for_store(&s2, "", params)?;
+    let state2 = o2.state().clone();
+    let mut plain = Vec::new();
+    let mut saving = Vec::new();
+    let mut blocked: Vec<f64> = Vec::new();
+    let mut copies: Vec<f64> = Vec::new();
+    let mut at = 0;
+    for round in 0..2 {
+        plain.push(steps(&m2, &mut o2, text, (at, at + n), a, dev, |_| Ok(()))?);
+        at += n;
+        let save_dir = dir.join(format!("saves-{round}"));
+        let t = steps(&m2, &mut o2, text, (at, at + n), a, dev, |step| {
+            if step % a.save_every == 0 {
+                let d = save_dir.join(format!("step-{step}"));
+                let staged = saver.save_sharded(
+                    &[(&s2, d.join("model")), (&state2, d.join("optim"))],
+                    &SaveOptions::new(),
+                )?;
+                blocked.push(staged.blocked.as_secs_f64());
+                if let Some(c) = saver.last_copy_time() {
+                    copies.push(c.as_secs_f64());
+                }
+            }
+            Ok(())
+        })?;
+        saver.wait()?;
+        if let Some(c) = saver.last_copy_time() {
+            copies.push(c.as_secs_f64());
+        }
+        saving.push(t);
+        at += n;
+    }
+    let (p, w) = (
+        plain.iter().sum::<f64>() / plain.len() as f64,
+        saving.iter().sum::<f64>() / saving.len() as f64,
+    );
+    let ratio = p / w;
+    let max_block = blocked.iter().copied().fold(0.0, f64::max);
+    println!(
+        "FIGURE async saves: {:.1} steps/s with a save every {} steps against {:.1} without: {ratio:.3}x; {} saves, longest block {:.3} ms, staging {} B",
+        n as f64 / w,
+        a.save_every,
+        n as f64 / p,
+        blocked.len(),
+        max_block * 1e3,
+        saver.staging_bytes()
+    );
+    if let Some(copy) = copies.iter().copied().reduce(f64::max) {
+        println!(
+            "FIGURE save blocking: longest block {:.3} ms against the device-to-host copy of the state {:.3} ms ({:.2}x)",
+            max_block * 1e3,
+            copy * 1e3,
+            max_block / copy
+        );
     }
     Ok(())
 }

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The GPU checks of the `cuda` feature, built on a machine with no GPU and
+# run on one with an NVIDIA H100 or H200 (driver r580), no Rust toolchain
+# and no network.
+#
+#     bash scripts/gpu_check.sh build [DIR]   # here: DIR (default gpu-bin) of at most 60 MiB
+#     bash scripts/gpu_check.sh run [DIR]     # there, from the repository root: < 5 minutes
+#
+# `build` installs CUDA 13.0's compiler from PyPI's wheels
+# (scripts/cuda/toolkit.sh), builds the GPU test binary (tests/cuda_store.rs),
+# the load benchmark (benches/gpu/load_bench.rs) and the two training
+# examples with `--features cuda,candle-models` in release, strips them and
+# compresses them with xz (Python's lzma) into DIR, with this script and
+# the commit. `run` unpacks them, finds the machine's CUDA libraries
+# (libcublas.so.13, libcurand.so.10, libcudart.so.13, libnvrtc.so.13 in
+# PyTorch's environment, libcuda.so.1 from the driver), and prints the
+# device, the date and the commit, one `PASS name` or `FAIL name: why` line
+# per check, and `FIGURE` lines: the load against candle and the machine's
+# limit (warm and cold), host and device memory, tokens per second on the
+# GPU against the CPU, the cost of saves beside training. It exits non-zero
+# when a check fails. docs/gpu.md keeps its output.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode="${1:-}"
+bundle="${2:-gpu-bin}"
+bins=(cuda_store gpu_load_bench train_llama2_c train_char_gru)
+
+build() {
+    set -e
+    # shellcheck source=scripts/cuda/toolkit.sh
+    source scripts/cuda/toolkit.sh
+    local target="${CARGO_TARGET_DIR:-target}"
+    cargo build --release --features cuda,candle-models \
+        --example gpu_load_bench --example train_llama2_c --example train_char_gru
+    local test_bin
+    test_bin=$(cargo test --release --features cuda,candle-models --test cuda_store --no-run 2>&1 \
+        | sed -n 's/.*Executable .*(\(.*\))$/\1/p')
+    test -x "$test_bin"
+    rm -rf "$bundle" && mkdir -p "$bundle"
+    cp "$test_bin" "$bundle/cuda_store"
+    for e in gpu_load_bench train_llama2_c train_char_gru; do
+        cp "$target/release/examples/$e" "$bundle/$e"
+    done
+    for b in "${bins[@]}"; do
+        strip "$bundle/$b"
+        python3 -c 'import lzma, shutil, sys
+with open(sys.argv[1], "rb") as f, lzma.open(sys.argv[1] + ".xz", "wb", preset=9) as g:
+    shutil.copyfileobj(f, g)' "$bundle/$b"
+        rm "$bundle/$b"
+    done
+    git rev-parse --short HEAD > "$bundle/COMMIT"
+    if ! git diff --quiet HEAD -- src tests benches examples Cargo.toml 2>/dev/null; then
+        echo "$(cat "$bundle/COMMIT") with uncommitted changes" > "$bundle/COMMIT"
+    fi
+    cp scripts/gpu_check.sh "$bundle/"
+    local size
+    size=$(du -sb "$bundle" | cut -f1)
+    ls -l "$bundle"
+    echo "$bundle: $size bytes"
+    test "$size" -le $((60 << 20))
+}
+
+run() {
+    local t0 fails=0 work
+    t0=$(date +%s)
+    work=$(mktemp -d)
+    for b in "${bins[@]}"; do
+        python3 -c 'import lzma, shutil, sys
+with lzma.open(sys.argv[1], "rb") as f, open(sys.argv[2], "wb") as g:
+    shutil.copyfileobj(f, g)' "$bundle/$b.xz" "$work/$b" && chmod +x "$work/$b"
+    done
+    # The CUDA libraries candle links (PyTorch's wheels), and the driver's.
+    local cudalib drvlib
+    cudalib=$(dirname "$(find /opt /usr/local /usr/lib -name 'libcublas.so.13' 2>/dev/null | head -n 1)")
+    drvlib=$(dirname "$(find /usr/local/nvidia /usr/lib /usr/lib64 -name 'libcuda.so.1' 2>/dev/null | head -n 1)")
+    export LD_LIBRARY_PATH="$cudalib:$drvlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "== scopetree GPU checks"
+    echo "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)"
+    echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "commit: $(cat "$bundle/COMMIT")"
+    echo "cpus: $(nproc); libraries: $cudalib, $drvlib"
+
+    echo "== 1. the store on the device (tests/cuda_store.rs)"
+    "$work/cuda_store" || fails=$((fails + 1))
+
+    echo "== 2. loading 1.07 GiB of bf16 onto the GPU (benches/gpu/load_bench.rs)"
+    if "$work/gpu_load_bench" "$work/ckpt" --gib 1.07 --rounds 5 --cold-rounds 3; then
+        echo "PASS load_bench"
+    else
+        echo "FAIL load_bench"; fails=$((fails + 1))
+    fi
+
+    echo "== 3. train_llama2_c --device cuda"
+    local log
+    log=$("$work/train_llama2_c" --device cuda --steps 100 --finetune-steps 20 \
+        --check-steps 40 --save-every 10 --dir "$work/llama" 2>&1)
+    local status=$?
+    echo "$log" | grep -vE '^  step '
+    echo "$log" | sed -n 's/^  ok:  \(.*\)/PASS llama2_c: \1/p'
+    echo "$log" | sed -n 's/^  FAIL: \(.*\)/FAIL llama2_c: \1/p'
+    if [ "$status" -ne 0 ]; then
+        echo "FAIL train_llama2_c exited $status"; fails=$((fails + 1))
+    fi
+
+    echo "== 4. train_char_gru --device cuda: tokens/s against the CPU, VarMap parity, resume"
+    local cpu gpu whole resumed
+    cpu=$("$work/train_char_gru" --device cpu --epochs 1 2>&1 | sed -n 's/.*, \([0-9]*\) tokens\/s$/\1/p' | tail -n 1)
+    "$work/train_char_gru" --device cuda --epochs 2 > "$work/gru.log" 2>&1
+    grep -E '^(device|epoch|final)' "$work/gru.log"
+    gpu=$(sed -n 's/.*, \([0-9]*\) tokens\/s$/\1/p' "$work/gru.log" | tail -n 1)
+    echo "FIGURE char_gru tokens/s: ${gpu:-?} on the GPU against ${cpu:-?} on the CPU"
+    # (It exits 1 after no epoch: the loss has not fallen; only its parity
+    # line counts here.)
+    "$work/train_char_gru" --device cuda --epochs 0 --parity 20 > "$work/parity.log" 2>&1
+    if grep '^bit-identical: the store' "$work/parity.log"; then
+        echo "PASS char_gru: the store and VarMap bit-identical on the GPU"
+    else
+        echo "FAIL char_gru: VarMap parity"; fails=$((fails + 1))
+    fi
+    whole=$(grep '^parameters: digest' "$work/gru.log")
+    "$work/train_char_gru" --device cuda --epochs 1 --save "$work/gru.safetensors" > /dev/null 2>&1
+    resumed=$("$work/train_char_gru" --device cuda --epochs 1 --resume "$work/gru.safetensors" 2>&1 \
+        | grep '^parameters: digest')
+    echo "2 epochs: $whole; 1 + 1 resumed: $resumed"
+    if [ -n "$whole" ] && [ "$whole" = "$resumed" ]; then
+        echo "PASS char_gru: --resume on the GPU ends bit-identical to a run that never stopped"
+    else
+        echo "FAIL char_gru: resume"; fails=$((fails + 1))
+    fi
+
+    rm -rf "$work"
+    echo "== $fails failed; $(( $(date +%s) - t0 )) s"
+    test "$fails" -eq 0
+}
+
+case "$mode" in
+    build) build ;;
+    run) run ;;
+    *) echo "usage: bash scripts/gpu_check.sh build|run [DIR]" >&2; exit 2 ;;
+esac
