@@ -339,9 +339,12 @@ impl AsyncSaver {
             return kept.ok_or_else(|| failed("a kept buffer vanished".to_owned()));
         }
         drop(kept);
-        // At least a quarter of the budget, so that a state that grows a
-        // little does not page-lock a new buffer at every save.
-        let size = len.max(self.budget / 4).min(self.budget);
+        // A quarter more than the state, in whole MiB, so that a state that
+        // grows a little does not page-lock a new buffer at every save.
+        let size = (len + len / 4)
+            .next_multiple_of(1 << 20)
+            .min(self.budget)
+            .max(len);
         #[cfg(feature = "cuda")]
         if let Some(Device::Cuda(c)) = device {
             let ctx = c.cuda_stream().context().clone();

@@ -4,32 +4,19 @@
 //! committed at once; and the placement of the variables a load creates
 //! (the device the caller names, or the one the model first asks for).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::{Device, Var};
-use rustc_hash::FxHashSet;
 
 use super::error::Error;
 use super::staged::{
     Buffer, Dest, Fresh, HostDirect, Kind, StoreSink, To, is_direct, pool, synchronize,
 };
-use super::store::{CandleStore, Inner};
+use super::store::{CandleStore, Inner, Pending};
 use super::var::{candle_dtype, var_codec};
 use crate::checkpoint::staged::{Job, Shape, checksum_of, read_direct, read_staged, verify};
 use crate::checkpoint::{self, Commit, Dtype, LoadOptions, LoadReport, Plan, Separator, Step};
 use crate::short;
-
-/// A load whose new variables wait for their device: the first `get`
-/// names it (or a call that needs the values first places them on the
-/// CPU). The checkpoint is planned again then, against the tree as it is.
-#[derive(Clone, Debug)]
-pub(super) struct Pending {
-    path: PathBuf,
-    opts: LoadOptions,
-    /// The keys of the variables it will make, for `contains_tensor` and
-    /// `names`.
-    pub(super) keys: FxHashSet<String>,
-}
 
 /// The options of a store's load: dotted names, `Var`s made for the file's
 /// tensors.

@@ -12,6 +12,18 @@ use slotmap::SecondaryMap;
 use crate::arena::{TreeTag, VarKey};
 use crate::sharing::{GLOBAL_VARIABLES, TRAINABLE_VARIABLES, VariableStore};
 
+/// A load whose new variables wait for their device: the first `get`
+/// names it (or a call that needs the values first places them on the
+/// CPU). The checkpoint is planned again then, against the tree as it is.
+#[derive(Clone, Debug)]
+pub(super) struct Pending {
+    pub(super) path: std::path::PathBuf,
+    pub(super) opts: crate::checkpoint::LoadOptions,
+    /// The keys of the variables it will make, for `contains_tensor` and
+    /// `names`.
+    pub(super) keys: rustc_hash::FxHashSet<String>,
+}
+
 /// The store's state behind its lock.
 #[derive(Debug)]
 pub(super) struct Inner {
@@ -29,7 +41,7 @@ pub(super) struct Inner {
     pub(super) asked: SecondaryMap<VarKey, TreeTag>,
     /// A load whose new variables wait for the device the model first asks
     /// for (`load.rs`).
-    pub(super) pending: Option<super::load::Pending>,
+    pub(super) pending: Option<Pending>,
 }
 
 impl Default for Inner {
