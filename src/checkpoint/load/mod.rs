@@ -14,15 +14,15 @@ mod cursor;
 mod options;
 mod plan;
 mod report;
-#[cfg_attr(not(feature = "candle"), allow(dead_code))]
+#[cfg(feature = "candle")]
 pub(crate) mod staged;
 
 #[cfg(feature = "candle")]
 pub(crate) use apply::Commit;
 pub(crate) use apply::apply;
+pub use options::DEFAULT_STAGING_BUDGET;
 pub use options::{DtypePolicy, LoadOptions};
 pub(crate) use plan::plan;
 #[cfg(feature = "candle")]
 pub(crate) use plan::{Plan, Step};
 pub use report::LoadReport;
-pub use staged::DEFAULT_STAGING_BUDGET;

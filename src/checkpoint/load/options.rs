@@ -9,6 +9,14 @@ use crate::checkpoint::dtype::{Dtype, FloatDtype};
 use crate::checkpoint::float_convert::is_convertible_float;
 use crate::checkpoint::known_types::{Types, default_codec};
 
+/// The staging budget of a load when its options name none: 256 MiB (see
+/// [`LoadOptions::staging_budget`]).
+///
+/// ```
+/// assert_eq!(scopetree::checkpoint::DEFAULT_STAGING_BUDGET, 256 << 20);
+/// ```
+pub const DEFAULT_STAGING_BUDGET: usize = 256 << 20;
+
 /// Whether a load accepts a file tensor of another dtype than the variable.
 ///
 /// ```
@@ -118,7 +126,7 @@ impl LoadOptions {
             types: Types::builtin(),
             filter: None,
             create_with: None,
-            staging: super::staged::DEFAULT_STAGING_BUDGET,
+            staging: DEFAULT_STAGING_BUDGET,
             readers: 0,
         }
     }
@@ -289,7 +297,7 @@ impl LoadOptions {
     }
 
     /// The number of reader threads a staged load uses.
-    #[cfg_attr(not(feature = "candle"), allow(dead_code))]
+    #[cfg(feature = "candle")]
     pub(crate) fn reader_threads(&self) -> usize {
         if self.readers > 0 {
             return self.readers;

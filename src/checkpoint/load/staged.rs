@@ -22,9 +22,6 @@ use crate::checkpoint::index::CHECKSUM_PREFIX;
 use crate::checkpoint::source::Part;
 use crate::short;
 
-/// The staging budget of a load when its options name none: 256 MiB.
-pub const DEFAULT_STAGING_BUDGET: usize = 256 << 20;
-
 /// The smallest buffer a run makes, whatever the budget: 64 KiB.
 const MIN_BUFFER: usize = 64 << 10;
 
@@ -485,24 +482,42 @@ fn read_window(
     if n == 1 {
         return read_range(parts, jobs, window, 0..used, &mut bytes[..used]);
     }
-    let per = used.div_ceil(n).next_multiple_of(4096);
-    std::thread::scope(|s| {
-        let mut rest = &mut bytes[..used];
-        let mut start = 0;
-        let mut handles = Vec::with_capacity(n);
-        while start < used {
-            let end = (start + per).min(used);
-            let (mine, tail) = rest.split_at_mut(end - start);
-            rest = tail;
-            let range = start..end;
-            handles.push(s.spawn(move || read_range(parts, jobs, window, range, mine)));
-            start = end;
-        }
-        handles.into_iter().try_for_each(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err(panicked("a reader thread")))
-        })
+    // Pieces of about a quarter of a reader's share (at least 1 MiB), taken
+    // by whichever reader is free: no reader waits for a slow one's share.
+    let per = used.div_ceil(n * 4).max(MIN_READ).next_multiple_of(4096);
+    let pool = readers_pool(n)?;
+    pool.install(|| {
+        use rayon::prelude::*;
+        bytes[..used]
+            .par_chunks_mut(per)
+            .enumerate()
+            .try_for_each(|(i, mine)| {
+                let start = i * per;
+                read_range(parts, jobs, window, start..start + mine.len(), mine)
+            })
     })
+}
+
+/// A pool of `n` reader threads, made once per thread count and kept for
+/// the process (making threads per window costs more than a window's
+/// reads).
+fn readers_pool(n: usize) -> Result<std::sync::Arc<rayon::ThreadPool>, Error> {
+    use std::sync::{Arc, Mutex, PoisonError};
+    static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
+    let mut pools = POOLS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, p)) = pools.iter().find(|(k, _)| *k == n) {
+        return Ok(Arc::clone(p));
+    }
+    let p = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .thread_name(|i| format!("scopetree-reader-{i}"))
+        .build()
+        .map_err(|e| Error::BadTensor {
+            reason: format!("cannot start {n} reader threads: {e}"),
+        })?;
+    let p = Arc::new(p);
+    pools.push((n, Arc::clone(&p)));
+    Ok(p)
 }
 
 /// Reads the bytes of `window` that fall in `range` of the buffer into
@@ -590,17 +605,17 @@ fn read_split(file: &File, buf: &mut [u8], at: u64, readers: usize) -> std::io::
     if n == 1 {
         return read_at(file, buf, at);
     }
-    let per = buf.len().div_ceil(n).next_multiple_of(4096);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = buf
-            .chunks_mut(per)
+    let per = buf
+        .len()
+        .div_ceil(n * 4)
+        .max(MIN_READ)
+        .next_multiple_of(4096);
+    let pool = readers_pool(n).map_err(|e| std::io::Error::other(e.to_string()))?;
+    pool.install(|| {
+        use rayon::prelude::*;
+        buf.par_chunks_mut(per)
             .enumerate()
-            .map(|(i, piece)| s.spawn(move || read_at(file, piece, at + (i * per) as u64)))
-            .collect();
-        handles.into_iter().try_for_each(|h| {
-            h.join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("a reader thread panicked")))
-        })
+            .try_for_each(|(i, piece)| read_at(file, piece, at + (i * per) as u64))
     })
 }
 

@@ -15,7 +15,7 @@ use super::plan::{CandlePlan, candle, check_file};
 use crate::candle::CandleStore;
 use crate::checkpoint::{self, Checkpointable, Dtype, LoadOptions, SaveOptions, sync_file};
 use crate::ranks::checkpoints::shards::{
-    Prepared, ShardedLoad, ShardedSave, checksum_entry, cut_whole, make_dir, name_save, publish,
+    Prepared, ShardedLoad, ShardedSave, checksum_text, cut_whole, make_dir, name_save, publish,
     same_floats, shard_meta, written,
 };
 use crate::ranks::checkpoints::state_shards::Files;
@@ -40,6 +40,19 @@ fn verify_sums<'k, 'b>(
         files.check(key, &bytes(n)?)?;
     }
     Ok(())
+}
+
+/// The checksum entry of a variable's bytes as held, hashed piece by piece
+/// as a save streams them (a device tensor through two staging pieces), so
+/// no whole copy of it is made on the host.
+fn streamed_sum(key: &str, var: &Var) -> Result<(String, String), Error> {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    Checkpointable::write_le(var, 8 << 20, &mut |piece| {
+        h.update(piece);
+        Ok(())
+    })
+    .map_err(|e| bad(key, &e))?;
+    Ok(checksum_text(key, h.digest128()))
 }
 
 /// A variable's bytes as held: one copy on the host, of any dtype.
@@ -182,7 +195,7 @@ impl CandlePlan {
                     .iter()
                     .zip(&manifest.entries()[range.clone()])
                     .filter(|(_, e)| written(e.dtype, opts.floats_as) == e.dtype)
-                    .map(|((key, v), _)| Ok(checksum_entry(key, &held_bytes(key, v)?)))
+                    .map(|((key, v), _)| streamed_sum(key, v))
                     .collect();
                 let path = dir.join(shard);
                 sums.and_then(|sums| {

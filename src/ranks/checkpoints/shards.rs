@@ -294,7 +294,11 @@ pub(in crate::ranks) fn name_save<C: Collective + ?Sized>(comm: &C) -> Result<St
 /// The metadata entry of the checksum of the tensor `key` of `bytes` (see
 /// [`CHECKSUM_PREFIX`]). O(bytes).
 pub(in crate::ranks) fn checksum_entry(key: &str, bytes: &[u8]) -> (String, String) {
-    let sum = hash_bytes(bytes);
+    checksum_text(key, hash_bytes(bytes))
+}
+
+/// The metadata entry of the checksum `sum` of the tensor `key`.
+pub(in crate::ranks) fn checksum_text(key: &str, sum: u128) -> (String, String) {
     (format!("{CHECKSUM_PREFIX}{key}"), format!("{sum:032x}"))
 }
 
