@@ -50,6 +50,7 @@
 //! | [`ranks`] | data-parallel ranks: [`ranks::Collective`] (MPI with feature `mpi`, off by default), manifests and their agreement, [`ranks::SyncPlan`] (broadcast, bucketed all-reduce, consistency digest, checkpoints across ranks, ZeRO stage 1 with [`ranks::Partition`]), `ranks::CandlePlan` for a `CandleStore` (feature `candle`); above the tree, sharing, checkpoint and candle layers (feature `safetensors`) |
 //! | [`sharing`] | TensorFlow-1-style sharing: [`sharing::VariableStore`], `get_variable`, templates, [`sharing::Error`] |
 //! | [`diagnostics`] | slot sizes and the inline table width, for memory budgets |
+//! | `burn` | `CheckpointStore`: scopetree checkpoints behind burn-store's `ModuleStore` (feature `burn`, off by default); above the checkpoint layer |
 //!
 //! See `docs/design.md` for the arena, handles, invariants and complexities.
 
@@ -63,6 +64,9 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 mod arena;
+#[cfg(feature = "burn")]
+#[cfg_attr(docsrs, doc(cfg(feature = "burn")))]
+pub mod burn;
 #[cfg(feature = "candle")]
 #[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
 pub mod candle;

@@ -86,6 +86,8 @@ pub(crate) use codec::Codec;
 pub use dtype::{Dtype, FloatDtype};
 pub use element::Element;
 pub use error::{BadFile, BadIndex, Error, Mismatch, NotTensor};
+#[cfg(feature = "burn")]
+pub(crate) use float_convert::convert_floats;
 #[cfg(feature = "candle")]
 pub(crate) use float_convert::convert_floats_into;
 pub(crate) use float_convert::is_convertible_float;
@@ -100,6 +102,8 @@ pub use load::{DEFAULT_STAGING_BUDGET, DtypePolicy, LoadOptions, LoadReport};
 pub(crate) use save::save_staged_sharded;
 pub use save::{DEFAULT_MAX_SHARD_SIZE, SaveOptions, SaveReport};
 pub(crate) use save::{Staged, new_save_id, sync_file, write_atomic, write_tensors};
+#[cfg(feature = "burn")]
+pub(crate) use save::{Streamed, save_streamed};
 pub(crate) use source::{Opened, open as open_checkpoint};
 pub use tensor::Tensor;
 

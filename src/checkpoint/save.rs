@@ -500,6 +500,89 @@ pub(crate) fn save_staged_sharded(
     write_sharded(items, report, dir, opts)
 }
 
+/// One tensor held outside a tree whose bytes `write` streams from
+/// `value` while its file is written (a burn module's tensor, read back
+/// from its device only then), for [`save_streamed`].
+#[cfg(feature = "burn")]
+pub(crate) struct Streamed<'a> {
+    pub(crate) key: String,
+    pub(crate) dtype: Dtype,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) value: &'a dyn std::any::Any,
+    pub(crate) write: WriteLe,
+}
+
+/// Saves streamed tensors as one file at `path` or, with `sharded`, as a
+/// sharded checkpoint in the directory `path`, as [`save`](super::save)
+/// and [`save_sharded`](super::save_sharded) save a tree's variables:
+/// `floats_as` and the metadata applied (with `"format": "pt"`), shards
+/// cut in key order, every file atomic, the index last. With `checksums`,
+/// every file's metadata holds the xxh3-128 of every tensor's bytes as
+/// written (under [`CHECKSUM_PREFIX`](super::index::CHECKSUM_PREFIX)): the
+/// header comes first, so each tensor is streamed twice, once to hash it.
+/// O(bytes); memory: one piece of one tensor, plus what `write` holds.
+#[cfg(feature = "burn")]
+pub(crate) fn save_streamed(
+    mut tensors: Vec<Streamed<'_>>,
+    path: &Path,
+    sharded: bool,
+    checksums: bool,
+    opts: &SaveOptions,
+) -> Result<SaveReport, Error> {
+    tensors.sort_by(|a, b| a.key.cmp(&b.key));
+    let report = SaveReport {
+        keys: tensors.iter().map(|t| t.key.clone()).collect(),
+        ..SaveReport::default()
+    };
+    let items: Vec<(String, Item<'_>)> = tensors
+        .into_iter()
+        .map(|t| {
+            let item = Item {
+                dtype: t.dtype,
+                shape: t.shape,
+                data: Data::Value(t.value, t.write),
+            };
+            (t.key, item)
+        })
+        .collect();
+    let mut opts = opts.clone();
+    let mut meta = opts.metadata.take().unwrap_or_default();
+    meta.entry("format".to_owned())
+        .or_insert_with(|| "pt".to_owned());
+    if checksums {
+        let shown = path.to_string_lossy();
+        for (key, item) in &items {
+            let mut hash = xxhash_rust::xxh3::Xxh3::new();
+            let mut sink = HashSink(&mut hash);
+            item.write(key, item.written_dtype(opts.floats_as), &mut sink, &shown)?;
+            let entry = format!("{}{key}", super::index::CHECKSUM_PREFIX);
+            meta.insert(entry, format!("{:032x}", hash.digest128()));
+        }
+    }
+    opts.metadata = Some(meta);
+    if sharded {
+        write_sharded(items, report, path, &opts)
+    } else {
+        write_file(items, opts.metadata.clone(), opts.floats_as, path)?;
+        Ok(report)
+    }
+}
+
+/// A writer that hashes what it is given.
+#[cfg(feature = "burn")]
+struct HashSink<'h>(&'h mut xxhash_rust::xxh3::Xxh3);
+
+#[cfg(feature = "burn")]
+impl Write for HashSink<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Writes `items` (in key order) as shards and an index into `dir`.
 fn write_sharded(
     items: Vec<(String, Item<'_>)>,

@@ -1,0 +1,274 @@
+//! A load: the checkpoint opened and every header checked, the module
+//! matched against it (nothing read, nothing changed), then each shard
+//! read whole, checked against its checksums, and applied through
+//! burn-store's applier.
+
+use std::sync::Mutex;
+
+use burn_core::tensor::Bytes;
+use burn_store::burn_pack::{Error as PackError, Tensor as PackTensor};
+use burn_store::{ApplyResult, ModuleSnapshot};
+
+use super::check::{Checker, Step};
+use super::error::{Error, cut};
+use super::names::{PARAM_ID_PREFIX, remap_all, remap_one};
+use super::store::CheckpointStore;
+use crate::checkpoint::{Opened, convert_floats, open_checkpoint};
+use crate::short;
+
+/// A tensor's bytes in a buffer aligned for its elements, so that burn
+/// takes it as the tensor's storage without copying it again.
+pub(crate) enum Aligned {
+    B1(Vec<u8>),
+    B2(Vec<u16>),
+    B4(Vec<u32>),
+    B8(Vec<u64>),
+}
+
+impl Aligned {
+    /// `len` zero bytes for elements of `bits` bits (fresh pages from the
+    /// allocator: no write). O(1) for large buffers.
+    pub(crate) fn zeroed(bits: usize, len: usize) -> Self {
+        match bits {
+            16 => Self::B2(vec![0; len / 2]),
+            32 => Self::B4(vec![0; len / 4]),
+            64 => Self::B8(vec![0; len / 8]),
+            _ => Self::B1(vec![0; len]),
+        }
+    }
+
+    /// `bytes` copied into a buffer for elements of `bits` bits. O(len).
+    pub(crate) fn copied(bits: usize, bytes: &[u8]) -> Self {
+        let mut out = Self::zeroed(bits, bytes.len());
+        out.bytes_mut().copy_from_slice(bytes);
+        out
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            Self::B1(v) => v,
+            Self::B2(v) => bytemuck::cast_slice(v),
+            Self::B4(v) => bytemuck::cast_slice(v),
+            Self::B8(v) => bytemuck::cast_slice(v),
+        }
+    }
+
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Self::B1(v) => v,
+            Self::B2(v) => bytemuck::cast_slice_mut(v),
+            Self::B4(v) => bytemuck::cast_slice_mut(v),
+            Self::B8(v) => bytemuck::cast_slice_mut(v),
+        }
+    }
+
+    /// burn's bytes, owning this buffer. O(1).
+    pub(crate) fn into_bytes(self) -> Bytes {
+        match self {
+            Self::B1(v) => Bytes::from_elems(v),
+            Self::B2(v) => Bytes::from_elems(v),
+            Self::B4(v) => Bytes::from_elems(v),
+            Self::B8(v) => Bytes::from_elems(v),
+        }
+    }
+}
+
+/// Reads tensor `i` of `opened` (its bytes as the file holds them) and
+/// checks them against the checksum its file records, if any. O(bytes).
+pub(crate) fn read_checked(opened: &Opened, i: usize) -> Result<Aligned, (String, String)> {
+    let (part, t) = &opened.tensors[i];
+    let file = opened.parts[*part].path.to_string_lossy().into_owned();
+    let len = usize::try_from(t.end - t.begin).map_err(|e| (file.clone(), e.to_string()))?;
+    let mut buf = Aligned::zeroed(t.dtype.bitsize(), len);
+    if let Err(e) = opened.read_into(i, buf.bytes_mut()) {
+        return Err((file, cut(&e.to_string())));
+    }
+    if let Some((want, _)) = opened.checksum(i) {
+        let got = format!("{:032x}", xxhash_rust::xxh3::xxh3_128(buf.bytes()));
+        if !got.eq_ignore_ascii_case(want) {
+            return Err((
+                file,
+                format!(
+                    "its bytes have xxh3-128 {got}, the save recorded {}",
+                    short::name(want)
+                ),
+            ));
+        }
+    }
+    Ok(buf)
+}
+
+/// A tensor whose bytes are in hand, handed to burn once.
+fn once(path: String, step: &Step, shape: Vec<usize>, id: Option<u64>, bytes: Bytes) -> PackTensor {
+    let len = bytes.len();
+    let cell = Mutex::new(Some(bytes));
+    PackTensor::deferred(path, step.dtype, shape, id, len, move || {
+        cell.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .ok_or_else(|| PackError::ValidationError("a loaded tensor was asked for twice".into()))
+    })
+}
+
+impl CheckpointStore {
+    /// The load behind `apply_to`. See the type's documentation.
+    pub(crate) fn load_into<M: ModuleSnapshot>(
+        &mut self,
+        module: &mut M,
+    ) -> Result<ApplyResult, Error> {
+        let opened = open_checkpoint(&self.path)?;
+        let shown = opened.shown.clone();
+        let names = remap_all(
+            &self.remapper,
+            opened.tensors.iter().map(|(_, t)| t.key.as_str()),
+            &shown,
+        )?;
+        let mut checker = Checker::new(
+            &names,
+            &opened.tensors,
+            self.from_adapter.as_deref(),
+            self.filter.as_ref(),
+            self.skip_enum_variants,
+            self.dtype_policy,
+        );
+        module.visit(&mut checker);
+        let Checker {
+            used,
+            mut steps,
+            mut missing,
+            mut skipped,
+            mut mismatched,
+            ..
+        } = checker;
+
+        let accepted = |name: &str| self.filter.as_ref().is_none_or(|f| f.matches(name));
+        let mut unused: Vec<String> = names
+            .iter()
+            .filter(|&(n, &i)| !used[i] && accepted(n))
+            .map(|(n, _)| n.clone())
+            .collect();
+        unused.sort_unstable();
+        let unassigned: Vec<(String, String)> = opened
+            .unassigned
+            .iter()
+            .filter(|(k, _)| accepted(&remap_one(&self.remapper, k)))
+            .cloned()
+            .collect();
+        missing.sort_unstable();
+        skipped.sort_unstable();
+        mismatched.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        let missing_bad = !self.allow_missing && !missing.is_empty();
+        let unused_bad = !self.allow_unused && (!unused.is_empty() || !unassigned.is_empty());
+        if missing_bad || unused_bad || !mismatched.is_empty() {
+            return Err(Error::Mismatch {
+                path: short::path(&shown),
+                missing: if missing_bad {
+                    missing.into_iter().map(|(p, _)| p).collect()
+                } else {
+                    Vec::new()
+                },
+                unused: if unused_bad { unused } else { Vec::new() },
+                mismatched,
+                unassigned: if unused_bad { unassigned } else { Vec::new() },
+            });
+        }
+        unused.extend(unassigned.into_iter().map(|(k, _)| k));
+
+        // The changes: shard by shard, in file order.
+        steps.sort_unstable_by_key(|s| s.tensor);
+        let old = self
+            .rollback
+            .then(|| module.collect(None, None, self.skip_enum_variants));
+        let mut applied = Vec::with_capacity(steps.len());
+        let mut changed = false;
+        let mut at = 0;
+        while at < steps.len() {
+            let part = opened.tensors[steps[at].tensor].0;
+            let end = at
+                + steps[at..]
+                    .iter()
+                    .take_while(|s| opened.tensors[s.tensor].0 == part)
+                    .count();
+            let mut batch = Vec::with_capacity(end - at);
+            for step in &steps[at..end] {
+                match self.prepare(&opened, step) {
+                    Ok(t) => batch.push(t),
+                    Err((file, reason)) => {
+                        let key = opened.tensors[step.tensor].1.key.clone();
+                        return Err(self.fail(module, old, changed, file, key, reason));
+                    }
+                }
+            }
+            let adapter = self.from_adapter.as_ref().map(|a| a.clone_box());
+            let result = module.apply(batch, None, adapter, self.skip_enum_variants);
+            changed = changed || !result.applied.is_empty();
+            if let Some(e) = result.errors.first() {
+                let file = opened.parts[part].path.to_string_lossy().into_owned();
+                let key = opened.tensors[steps[at].tensor].1.key.clone();
+                return Err(self.fail(module, old, changed, file, key, cut(&e.to_string())));
+            }
+            applied.extend(result.applied);
+            at = end;
+        }
+        Ok(ApplyResult {
+            applied,
+            skipped,
+            missing,
+            unused,
+            errors: Vec::new(),
+        })
+    }
+
+    /// The tensor of `step`, read, checked and converted, for burn.
+    fn prepare(&self, opened: &Opened, step: &Step) -> Result<PackTensor, (String, String)> {
+        let (part, t) = &opened.tensors[step.tensor];
+        let mut buf = read_checked(opened, step.tensor)?;
+        if let Some(to) = step.convert_to {
+            let converted = convert_floats(t.dtype, to, buf.bytes());
+            buf = Aligned::copied(to.bitsize(), &converted);
+        }
+        let id = if self.param_ids {
+            opened.parts[*part]
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get(&format!("{PARAM_ID_PREFIX}{}", t.key)))
+                .and_then(|v| v.parse::<u64>().ok())
+        } else {
+            None
+        };
+        Ok(once(
+            step.path.clone(),
+            step,
+            t.shape.clone(),
+            id,
+            buf.into_bytes(),
+        ))
+    }
+
+    /// The error of a load that failed reading `key` of `file`: the module
+    /// put back from `old` if it changed and the store keeps it.
+    fn fail<M: ModuleSnapshot>(
+        &self,
+        module: &mut M,
+        old: Option<Vec<PackTensor>>,
+        changed: bool,
+        file: String,
+        key: String,
+        reason: String,
+    ) -> Error {
+        let rolled_back = match (changed, old) {
+            (false, _) => true,
+            (true, Some(old)) => {
+                let result = module.apply(old, None, None, self.skip_enum_variants);
+                result.errors.is_empty()
+            }
+            (true, None) => false,
+        };
+        Error::Data {
+            file: short::path(&file),
+            key,
+            reason,
+            rolled_back,
+        }
+    }
+}
