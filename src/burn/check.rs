@@ -110,9 +110,9 @@ impl<'a> Checker<'a> {
         (out.dtype, out.shape)
     }
 
-    /// Matches the parameter at the current path: its kind, its dtype
-    /// (`None` when it is not initialized yet: then the device's default
-    /// of its kind) and its shape.
+    /// Matches the parameter at the current path: its kind, its dtype (for
+    /// a parameter not initialized yet, the device's default of its kind)
+    /// and its shape.
     fn param(&mut self, kind: Kind, dtype: DType, shape: Shape) {
         let path = self.path.join(".");
         if let Some(f) = self.filter {
