@@ -89,7 +89,7 @@ impl CandleStore {
     /// instead.
     ///
     /// **How.** The files are read by parallel readers into two staging
-    /// buffers of half [`LoadOptions::staging_budget`] each, 64 MiB at most (page-locked for
+    /// buffers of half [`LoadOptions::staging_budget`] each, 16 MiB at most (page-locked for
     /// a CUDA device), the next filling while the last is copied to the
     /// tensors' memory; a float conversion happens on the staged bytes, so
     /// no second copy of a tensor is made on its device. Checksums a save
