@@ -655,3 +655,127 @@ fn in_place_writes_no_gradient_in_place_when_two_share_a_storage() -> R {
     }
     Ok(())
 }
+
+/// Sets every variable of `store` to `base + i` for element `i` (in its
+/// dtype), the same on every rank.
+fn fill(store: &CandleStore, base: f64) -> Result<(), String> {
+    let e = |x: candle_core::Error| x.to_string();
+    for (_, v) in store.named_vars().map_err(|x| x.to_string())? {
+        let t = Tensor::arange(0.0, v.elem_count() as f64, &CPU)
+            .and_then(|t| t.affine(1.0, base))
+            .and_then(|t| t.to_dtype(v.as_tensor().dtype()))
+            .and_then(|t| t.reshape(v.dims()))
+            .map_err(e)?;
+        v.set(&t).map_err(e)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn a_manager_and_an_async_saver_keep_a_candle_store_at_1_to_3_ranks() -> R {
+    use scopetree::ranks::{AsyncSaver, CheckpointManager};
+    for n in 1..=3 {
+        let dir = tempfile::tempdir()?;
+        let root = dir.path().to_owned();
+        let out = thread_world::run(n, |world| -> Result<_, String> {
+            let e = |x: &dyn std::fmt::Display| format!("rank {}: {x}", world.rank());
+            let (mut store, _model) = tiny_with_frozen().map_err(|x| e(&x))?;
+            let mut plan =
+                CandlePlan::new(world, &store, &PlanOptions::new()).map_err(|x| e(&x))?;
+            let manager = CheckpointManager::new(&root, 2).map_err(|x| e(&x))?;
+            let mut saver = AsyncSaver::new();
+            let mut snapshots = Vec::new();
+            for step in 1..=3_u64 {
+                fill(&store, step as f64)?;
+                snapshots.push(held(&store).map_err(|x| e(&x))?);
+                saver
+                    .save_managed(
+                        world,
+                        &manager,
+                        &mut plan,
+                        &store,
+                        step,
+                        &Default::default(),
+                    )
+                    .map_err(|x| e(&x))?;
+                // Training goes on: the save holds the values of the call.
+                fill(&store, -100.0 * step as f64)?;
+            }
+            let done = saver.wait(world).map_err(|x| e(&x))?;
+            let staged = saver.staging_bytes();
+            let steps = manager.steps().map_err(|x| e(&x))?;
+            fill(&store, 0.5)?;
+            let latest = manager
+                .load_latest(world, &mut plan, &mut store)
+                .map_err(|x| e(&x))?
+                .map(|(step, _)| step);
+            let async_loaded = held(&store).map_err(|x| e(&x))?;
+            // A save in the caller's time, under the same manager.
+            fill(&store, 4.0)?;
+            let four = held(&store).map_err(|x| e(&x))?;
+            manager
+                .save(world, &mut plan, &store, 4, &Default::default())
+                .map_err(|x| e(&x))?;
+            fill(&store, 0.5)?;
+            manager
+                .load_latest(world, &mut plan, &mut store)
+                .map_err(|x| e(&x))?;
+            let sync_loaded = held(&store).map_err(|x| e(&x))?;
+            Ok((
+                done,
+                staged,
+                steps,
+                latest,
+                snapshots,
+                async_loaded,
+                four,
+                sync_loaded,
+            ))
+        });
+        let mut shards_written = 0;
+        for (rank, got) in out.into_iter().enumerate() {
+            let (done, staged, steps, latest, snapshots, async_loaded, four, sync_loaded) = got?;
+            let done = done.expect("a save was under way");
+            let what = format!("{n} ranks, rank {rank}");
+            if rank == 0 {
+                // Rank 0 prunes, after the ranks agree the save is whole.
+                assert_eq!(steps, [2, 3], "{what}: the last two kept");
+            }
+            assert_eq!(latest, Some(3), "{what}");
+            assert_eq!(async_loaded, snapshots[2], "{what}: step 3 as of its call");
+            assert_eq!(sync_loaded, four, "{what}: step 4");
+            assert_eq!(done.shards.len(), n.min(done.shards.len()), "{what}");
+            // A rank stages its own shard only.
+            assert!(staged as u64 >= done.bytes, "{what}: {staged} bytes");
+            shards_written += usize::from(done.mine.is_some());
+        }
+        assert!(shards_written >= 1 && shards_written <= n, "{n} ranks");
+        // candle reads the async save's shards as they are, and each holds
+        // the checksums of its tensors: a flipped byte is caught.
+        let step3 = CheckpointManager::new(&root, 2)?.step_dir(3);
+        let (store, _model) = tiny_with_frozen()?;
+        let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+        plan.load_shards(&SingleProcess, &store, &step3)?;
+        let shard = std::fs::read_dir(&step3)?
+            .filter_map(Result::ok)
+            .map(|f| f.path())
+            .find(|p| p.to_string_lossy().ends_with(".safetensors"))
+            .expect("a shard");
+        let mut bytes = std::fs::read(&shard)?;
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        std::fs::write(&shard, &bytes)?;
+        scramble(&store)?;
+        let before = held(&store)?;
+        let err = plan
+            .load_shards(&SingleProcess, &store, &step3)
+            .unwrap_err();
+        assert!(matches!(err, Error::Corrupted { .. }), "{n} ranks: {err}");
+        assert_eq!(
+            held(&store)?,
+            before,
+            "{n} ranks: a refused load changed values"
+        );
+    }
+    Ok(())
+}

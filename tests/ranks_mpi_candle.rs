@@ -515,6 +515,74 @@ fn every_rank_writes_a_shard_and_any_number_of_ranks_loads(world: &World) -> Che
     Ok(())
 }
 
+/// A manager keeps the store's checkpoints across the ranks, written
+/// beside training by an async saver (each rank stages its own shard and a
+/// background thread writes it) and in the caller's time: each save holds
+/// the values of its call, the last two complete steps stay, and the
+/// latest loads back on every rank.
+fn a_manager_and_an_async_saver_keep_the_store(world: &World) -> Check {
+    use scopetree::ranks::{AsyncSaver, CheckpointManager};
+    let dir = shared_dir(world).join("managed");
+    let mut store = sharded_model(0.0)?;
+    let mut plan = CandlePlan::new(world, &store, &PlanOptions::new()).map_err(fail)?;
+    let manager = CheckpointManager::new(&dir, 2).map_err(fail)?;
+    let mut saver = AsyncSaver::new();
+    let mut want = Vec::new();
+    for step in 1..=3_u64 {
+        let now = sharded_model(step as f64)?;
+        for ((_, v), (_, n)) in store
+            .named_vars()
+            .map_err(fail)?
+            .iter()
+            .zip(now.named_vars().map_err(fail)?)
+        {
+            v.set(n.as_tensor()).map_err(fail)?;
+        }
+        want.push(held(&store)?);
+        saver
+            .save_managed(
+                world,
+                &manager,
+                &mut plan,
+                &store,
+                step,
+                &SaveOptions::new(),
+            )
+            .map_err(fail)?;
+        // Training goes on: the save holds the values of its call.
+        for (_, v) in store.named_vars().map_err(fail)? {
+            v.set(&v.ones_like().map_err(fail)?).map_err(fail)?;
+        }
+    }
+    let done = saver.wait(world).map_err(fail)?;
+    let latest = manager
+        .load_latest(world, &mut plan, &mut store)
+        .map_err(fail)?
+        .map(|(step, _)| step);
+    let loaded = held(&store)?;
+    manager
+        .save(world, &mut plan, &store, 4, &SaveOptions::new())
+        .map_err(fail)?;
+    world.barrier().map_err(fail)?;
+    let steps = manager.steps().map_err(fail)?;
+    let shards = done.as_ref().map(|d| d.shards.clone()).unwrap_or_default();
+    let read = candle_reads(&manager.step_dir(3), &shards, &store);
+    world.barrier().map_err(fail)?;
+    if world.rank() == 0 {
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
+    }
+    ensure!(world, done.is_some(), "no save under way");
+    ensure!(world, latest == Some(3), "latest {latest:?}");
+    ensure!(world, loaded == want[2], "step 3 did not load as saved");
+    ensure!(world, steps == [3, 4], "steps kept {steps:?}");
+    ensure!(
+        world,
+        shards.len() == world.size().min(5),
+        "shards {shards:?}"
+    );
+    read
+}
+
 fn main() -> ExitCode {
     let Some(universe) = mpi::initialize() else {
         eprintln!("MPI was already initialised");
@@ -560,6 +628,10 @@ fn main() -> ExitCode {
         (
             "every_rank_writes_a_shard_and_any_number_of_ranks_loads",
             every_rank_writes_a_shard_and_any_number_of_ranks_loads,
+        ),
+        (
+            "a_manager_and_an_async_saver_keep_the_store",
+            a_manager_and_an_async_saver_keep_the_store,
         ),
     ];
     let mut failed = 0;

@@ -96,6 +96,7 @@ mod vars;
 pub use candle::plan::CandlePlan;
 pub use checkpoints::async_save::AsyncSaver;
 pub use checkpoints::manager::{CheckpointManager, LATEST_FILE};
+pub use checkpoints::plans::ShardedPlan;
 pub use checkpoints::shards::{ShardedLoad, ShardedSave};
 pub use error::Error;
 pub use layout::partition::{Partition, Piece};

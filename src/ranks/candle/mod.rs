@@ -9,6 +9,7 @@
 //! | `in_place.rs` | the in-place swap of `CandlePlan::all_reduce_in_place` |
 //! | `plan.rs` | [`CandlePlan`](crate::ranks::CandlePlan): agreement, broadcast, all-reduce, consistency, checkpoints on one rank |
 //! | `shards.rs` | `CandlePlan`'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
+//! | `staging.rs` | `CandlePlan` as a [`ShardedPlan`](crate::ranks::ShardedPlan): kept by a `CheckpointManager`, written beside training by an `AsyncSaver` |
 //!
 //! It may import every room of the layer: `checkpoints/`, `plan/`,
 //! `layout/`, `vars/`, `transport/` and `error.rs`.
@@ -16,3 +17,4 @@
 pub(super) mod in_place;
 pub(super) mod plan;
 pub(super) mod shards;
+pub(super) mod staging;

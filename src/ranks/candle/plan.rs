@@ -341,6 +341,12 @@ impl CandlePlan {
         Watch::arm(comm.rank(), op, &self.watched, self.timeout)
     }
 
+    /// What the watchdog names for this plan, and its timeout, for calls
+    /// that finish the plan's work later (a save beside training). O(1).
+    pub(in crate::ranks) fn watched(&self) -> (Arc<str>, Option<Duration>) {
+        (Arc::clone(&self.watched), self.timeout)
+    }
+
     /// The manifest of the store's trainable variables that `opts` keeps,
     /// with the variables in its order.
     fn bind(store: &CandleStore, opts: &PlanOptions) -> Result<(Manifest, Vec<Var>), Error> {

@@ -153,6 +153,54 @@ impl CandlePlan {
         let op = "saving the shards";
         let _watch = self.watch(comm, op);
         let dir = dir.as_ref();
+        let (prepared, named) = self.prepare_save(comm, store, dir, opts, op)?;
+        let mut saved = prepared.report();
+        let range = prepared.my_range();
+        let written = match &saved.mine {
+            // Any error here is settled in `publish`, never returned before
+            // it: the other ranks wait there.
+            Some(shard) => {
+                let mine = &named[range.clone()];
+                let sums: Result<Vec<_>, Error> = mine
+                    .iter()
+                    .filter(|(_, v)| {
+                        let held: Dtype = v.as_tensor().dtype().into();
+                        written(held, opts.floats_as) == held
+                    })
+                    .map(|(key, v)| streamed_sum(key, v))
+                    .collect();
+                let path = dir.join(shard);
+                sums.and_then(|sums| {
+                    let keys: Arc<FxHashSet<String>> =
+                        Arc::new(prepared.keys[range].iter().cloned().collect());
+                    let mut mine = opts.clone();
+                    mine.metadata = Some(shard_meta(opts, &prepared.save_id, sums));
+                    mine.filter = Some(Arc::new(move |k: &str| keys.contains(k)));
+                    let report = store.save_file_with(&path, &mine)?;
+                    saved.keys = report.keys;
+                    Ok(sync_file(&path)?)
+                })
+            }
+            None => Ok(()),
+        };
+        publish(comm, dir, &prepared, written)?;
+        Ok(saved)
+    }
+
+    /// Checks and names a save of `store` into `dir` on every rank: makes
+    /// `dir`, lists the store's variables, agrees on them and on `opts`'
+    /// `floats_as`, names the save and cuts the variables into one shard
+    /// per rank. Returns the save's layout (its `indices` index the
+    /// variables) and the variables by key. A collective call; an error is
+    /// every rank's. O(variables × depth), plus one agreement.
+    pub(in crate::ranks) fn prepare_save<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        store: &CandleStore,
+        dir: &Path,
+        opts: &SaveOptions,
+        op: &'static str,
+    ) -> Result<(Prepared, Vec<(String, Var)>), Error> {
         let local = make_dir(dir).and_then(|()| Ok(store.named_vars()?));
         let named = settle(comm, &mut self.gathered, op, local, Some(same_floats(opts)))?;
         let entries = named
@@ -184,35 +232,7 @@ impl CandlePlan {
             sizes,
             keys,
         );
-        let mut saved = prepared.report();
-        let range = prepared.my_range();
-        let written = match &saved.mine {
-            // Any error here is settled in `publish`, never returned before
-            // it: the other ranks wait there.
-            Some(shard) => {
-                let mine = &named[range.clone()];
-                let sums: Result<Vec<_>, Error> = mine
-                    .iter()
-                    .zip(&manifest.entries()[range.clone()])
-                    .filter(|(_, e)| written(e.dtype, opts.floats_as) == e.dtype)
-                    .map(|((key, v), _)| streamed_sum(key, v))
-                    .collect();
-                let path = dir.join(shard);
-                sums.and_then(|sums| {
-                    let keys: Arc<FxHashSet<String>> =
-                        Arc::new(prepared.keys[range].iter().cloned().collect());
-                    let mut mine = opts.clone();
-                    mine.metadata = Some(shard_meta(opts, &prepared.save_id, sums));
-                    mine.filter = Some(Arc::new(move |k: &str| keys.contains(k)));
-                    let report = store.save_file_with(&path, &mine)?;
-                    saved.keys = report.keys;
-                    Ok(sync_file(&path)?)
-                })
-            }
-            None => Ok(()),
-        };
-        publish(comm, dir, &prepared, written)?;
-        Ok(saved)
+        Ok((prepared, named))
     }
 
     /// Loads a checkpoint directory (or index, or single file) into every

@@ -4,86 +4,19 @@
 //! [`wait`](AsyncSaver::wait), finishes it on every rank (the outcome
 //! exchanged, the index written, the manager's pointer moved).
 
-use std::collections::HashMap;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::manager::CheckpointManager;
+use super::plans::ShardedPlan;
 use super::shards::{Prepared, ShardedSave, publish};
-use super::state_shards::{StateFile, write_flushed};
-use crate::ScopeTree;
-use crate::checkpoint::{self, Dtype, SaveOptions};
+use super::staged::{Spare, Staged, Written};
+use crate::checkpoint::{self, SaveOptions};
 use crate::ranks::error::Error;
-use crate::ranks::plan::sync_plan::SyncPlan;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::transport::watchdog::Watch;
-
-/// What the background thread writes: this rank's tensors, staged.
-struct Shard {
-    /// Each tensor's key, dtype and shape, in key order.
-    tensors: Vec<(String, Dtype, Vec<usize>)>,
-    /// Each tensor's bytes (the staging buffers, handed back when written).
-    buffers: Vec<Vec<u8>>,
-    floats_as: Option<Dtype>,
-    metadata: HashMap<String, String>,
-    path: PathBuf,
-}
-
-/// What the background thread writes: this rank's shards, staged.
-struct Shards {
-    /// The parameters' shard, if this rank writes one.
-    model: Option<Shard>,
-    /// The sliced state's shard, if this rank writes one, with its buffers
-    /// and directory.
-    state: Option<(StateFile, Vec<Vec<u8>>, PathBuf)>,
-    /// The state's buffers when this rank writes no state shard (kept for
-    /// the next save).
-    spare_state: Vec<Vec<u8>>,
-}
-
-impl Shards {
-    /// Writes the shards, the parameters' first; hands the buffers back
-    /// for the next save.
-    fn write(self) -> Written {
-        let (model, written) = match self.model {
-            Some(shard) => {
-                let (buffers, written) = shard.write();
-                (buffers, written.map_err(Error::from))
-            }
-            None => (Vec::new(), Ok(())),
-        };
-        let (state, written) = match self.state {
-            Some((file, buffers, dir)) => {
-                let w = written.and_then(|()| file.write(&dir, None, &buffers));
-                (buffers, w)
-            }
-            None => (self.spare_state, written),
-        };
-        ((model, state), written)
-    }
-}
-
-impl Shard {
-    /// Writes the shard; hands the buffers back for the next save.
-    fn write(self) -> (Vec<Vec<u8>>, Result<(), checkpoint::Error>) {
-        let bytes = self.buffers.iter().map(Vec::as_slice);
-        let written = write_flushed(
-            &self.tensors,
-            bytes,
-            self.floats_as,
-            Some(self.metadata),
-            &self.path,
-        );
-        (self.buffers, written)
-    }
-}
-
-/// What the background writer hands back: the staging buffers (the
-/// parameters' and the state's), and how the writes went.
-type Written = ((Vec<Vec<u8>>, Vec<Vec<u8>>), Result<(), Error>);
 
 /// A save whose shard is being written.
 struct Pending {
@@ -101,7 +34,7 @@ struct Pending {
 }
 
 /// Saves beside training: [`save`](Self::save) stages this rank's part of a
-/// plan (its shard of [`SyncPlan::save_shards`]' layout) into buffers kept
+/// plan (its shard of [`ShardedPlan`]'s `save_shards`' layout) into buffers kept
 /// from save to save and returns while a background thread writes it; the
 /// next `save`, or [`wait`](Self::wait), finishes it: the ranks exchange the
 /// outcome of their writes, rank 0 writes the index, and (for
@@ -139,22 +72,17 @@ struct Pending {
 /// ```
 #[derive(Default)]
 pub struct AsyncSaver {
-    /// Staging buffers, one per tensor of this rank's last shard (with the
-    /// writer while a save is under way).
-    spare: Vec<Vec<u8>>,
-    /// Staging buffers of the sliced state's tensors this rank holds.
-    spare_state: Vec<Vec<u8>>,
-    /// Their capacity in bytes, as of the last staging.
-    staging: usize,
-    /// The state's buffers' capacity in bytes, as of the last staging.
-    staging_state: usize,
+    /// Staging buffers, one per tensor of this rank's last shard and of
+    /// the sliced state it wrote (with the writer while a save is under
+    /// way).
+    spare: Spare,
     pending: Option<Pending>,
 }
 
 impl std::fmt::Debug for AsyncSaver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AsyncSaver")
-            .field("staging_buffers", &self.spare.len())
+            .field("staging_buffers", &self.spare.model.len())
             .field("pending", &self.pending.as_ref().map(|p| &p.dir))
             .finish()
     }
@@ -189,11 +117,13 @@ impl AsyncSaver {
     /// assert_eq!(scopetree::ranks::AsyncSaver::new().staging_bytes(), 0);
     /// ```
     pub fn staging_bytes(&self) -> usize {
-        self.staging + self.staging_state
+        self.spare.model_bytes + self.spare.state_bytes
     }
 
-    /// Starts a save of `plan`'s variables into `dir`, laid out as
-    /// [`SyncPlan::save_shards`] lays them out: finishes the save under way
+    /// Starts a save of `plan`'s variables in `state` into `dir`, laid out
+    /// as the plan's `save_shards` lays them out ([`SyncPlan::save_shards`](crate::ranks::SyncPlan::save_shards)
+    /// over a tree, [`CandlePlan::save_shards`](crate::ranks::CandlePlan::save_shards)
+    /// over a candle store, device variables included): finishes the save under way
     /// first (see [`wait`](Self::wait)), then, on every rank, checks the
     /// plan, names the save, copies this rank's shard into the staging
     /// buffers and starts a background thread that writes it. Returns
@@ -202,7 +132,7 @@ impl AsyncSaver {
     ///
     /// # Errors
     /// The previous save's errors (see [`wait`](Self::wait)); then as
-    /// [`SyncPlan::save_shards`]' checks, on every rank, with nothing
+    /// the plan's `save_shards`' checks, on every rank, with nothing
     /// started.
     ///
     /// ```
@@ -219,15 +149,20 @@ impl AsyncSaver {
     /// saver.wait(&SingleProcess)?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn save<C: Collective + ?Sized>(
+    pub fn save<P, S, C>(
         &mut self,
         comm: &C,
-        plan: &mut SyncPlan,
-        tree: &ScopeTree,
+        plan: &mut P,
+        state: &S,
         dir: impl AsRef<Path>,
         opts: &SaveOptions,
-    ) -> Result<(), Error> {
-        self.start(comm, plan, tree, dir.as_ref(), opts, None)
+    ) -> Result<(), Error>
+    where
+        P: ShardedPlan<S>,
+        S: ?Sized,
+        C: Collective + ?Sized,
+    {
+        self.start(comm, plan, state, dir.as_ref(), opts, None)
     }
 
     /// [`save`](Self::save) into `manager`'s directory for `step`; when the
@@ -253,77 +188,55 @@ impl AsyncSaver {
     /// assert_eq!(manager.latest()?.map(|(step, _)| step), Some(10));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn save_managed<C: Collective + ?Sized>(
+    pub fn save_managed<P, S, C>(
         &mut self,
         comm: &C,
         manager: &CheckpointManager,
-        plan: &mut SyncPlan,
-        tree: &ScopeTree,
+        plan: &mut P,
+        state: &S,
         step: u64,
         opts: &SaveOptions,
-    ) -> Result<(), Error> {
+    ) -> Result<(), Error>
+    where
+        P: ShardedPlan<S>,
+        S: ?Sized,
+        C: Collective + ?Sized,
+    {
         let dir = manager.step_dir(step);
-        self.start(comm, plan, tree, &dir, opts, Some((manager.clone(), step)))
+        self.start(comm, plan, state, &dir, opts, Some((manager.clone(), step)))
     }
 
-    fn start<C: Collective + ?Sized>(
+    fn start<P, S, C>(
         &mut self,
         comm: &C,
-        plan: &mut SyncPlan,
-        tree: &ScopeTree,
+        plan: &mut P,
+        state: &S,
         dir: &Path,
         opts: &SaveOptions,
         pointer: Option<(CheckpointManager, u64)>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), Error>
+    where
+        P: ShardedPlan<S>,
+        S: ?Sized,
+        C: Collective + ?Sized,
+    {
         self.wait(comm)?;
-        let _watch = plan.watch(comm, "starting a save beside training");
-        let prepared = plan.prepare_save(comm, tree, dir, opts, "starting a save")?;
-        let mut report = prepared.report();
-        let range = prepared.my_range();
-        // The state first: gathering its split tensors is collective.
-        let mut state_buffers = std::mem::take(&mut self.spare_state);
-        let state = match &prepared.state {
-            Some(st) => {
-                plan.stage_state(comm, tree, st, &prepared.save_id, true, &mut state_buffers)?
-            }
-            None => None,
-        };
-        if let Some(file) = &state {
-            report.state_shard = Some(file.name.clone());
-            report.state_keys = file.tensors.iter().map(|t| t.0.clone()).collect();
-            report.state_bytes = file.bytes();
-        }
-        self.staging_state = state_buffers.iter().map(Vec::capacity).sum();
-        let model = match prepared.mine {
-            None => Ok(None),
-            Some(_) => self
-                .stage(plan, tree, &prepared, range, opts, dir, &report)
-                .map(Some),
-        };
-        let (writer, staged) = match model {
-            Err(e) => {
-                self.spare_state = state_buffers;
-                (None, Err(e))
-            }
-            Ok(None) if state.is_none() => {
-                self.spare_state = state_buffers;
-                (None, Ok(()))
-            }
-            Ok(model) => {
-                let shards = match state {
-                    Some(file) => Shards {
-                        model,
-                        state: Some((file, state_buffers, dir.to_owned())),
-                        spare_state: Vec::new(),
-                    },
-                    None => Shards {
-                        model,
-                        state: None,
-                        spare_state: state_buffers,
-                    },
-                };
-                (Some(std::thread::spawn(move || shards.write())), Ok(()))
-            }
+        let watched = plan.watched();
+        let _watch = Watch::arm(
+            comm.rank(),
+            "starting a save beside training",
+            &watched.0,
+            watched.1,
+        );
+        let Staged {
+            prepared,
+            report,
+            shards,
+        } = plan.stage(comm, state, dir, opts, &mut self.spare)?;
+        let (writer, staged) = match shards {
+            Err(e) => (None, Err(e)),
+            Ok(None) => (None, Ok(())),
+            Ok(Some(shards)) => (Some(std::thread::spawn(move || shards.write())), Ok(())),
         };
         self.pending = Some(Pending {
             writer,
@@ -332,44 +245,9 @@ impl AsyncSaver {
             prepared,
             report,
             pointer,
-            watched: plan.watched(),
+            watched,
         });
         Ok(())
-    }
-
-    /// Copies this rank's shard (`range` of `prepared`) into the staging
-    /// buffers, with its metadata. O(bytes of the shard); allocates only
-    /// where a buffer is too small.
-    #[allow(clippy::too_many_arguments)]
-    fn stage(
-        &mut self,
-        plan: &SyncPlan,
-        tree: &ScopeTree,
-        prepared: &Prepared,
-        range: Range<usize>,
-        opts: &SaveOptions,
-        dir: &Path,
-        report: &ShardedSave,
-    ) -> Result<Shard, Error> {
-        let metadata = plan.shard_metadata(tree, prepared, range.clone(), opts)?;
-        let mut buffers = std::mem::take(&mut self.spare);
-        buffers.resize_with(range.len(), Vec::new);
-        let mut tensors = Vec::with_capacity(range.len());
-        for (buf, i) in buffers.iter_mut().zip(range) {
-            let var = prepared.indices[i];
-            buf.clear();
-            buf.extend_from_slice(plan.slot_bytes(tree, var)?);
-            let e = &plan.manifest().entries()[var];
-            tensors.push((prepared.keys[i].clone(), e.dtype, e.shape.clone()));
-        }
-        self.staging = buffers.iter().map(Vec::capacity).sum();
-        Ok(Shard {
-            tensors,
-            buffers,
-            floats_as: opts.floats_as,
-            metadata,
-            path: dir.join(report.mine.as_deref().unwrap_or_default()),
-        })
     }
 
     /// Finishes the save under way, if any: joins this rank's writer, the
@@ -405,9 +283,9 @@ impl AsyncSaver {
             Some(writer) => match writer.join() {
                 Ok(((buffers, state), written)) => {
                     if !buffers.is_empty() {
-                        self.spare = buffers;
+                        self.spare.model = buffers;
                     }
-                    self.spare_state = state;
+                    self.spare.state = state;
                     written
                 }
                 Err(_) => {

@@ -1,16 +1,16 @@
 //! [`CheckpointManager`]: a directory of checkpoints, one sub-directory per
-//! step written by every rank ([`SyncPlan::save_shards`]), a pointer to
+//! step written by every rank (a [`ShardedPlan`]'s `save_shards`), a pointer to
 //! the latest complete one replaced atomically, and the last K kept.
 
 use std::path::{Path, PathBuf};
 
+use super::plans::ShardedPlan;
 use super::shards::{ShardedLoad, ShardedSave};
-use crate::ScopeTree;
 use crate::checkpoint::{self, INDEX_FILE, SaveOptions, write_atomic};
 use crate::ranks::error::Error;
 use crate::ranks::plan::agree::settle;
-use crate::ranks::plan::sync_plan::SyncPlan;
 use crate::ranks::transport::collective::{Collective, DIGEST_BYTES};
+use crate::ranks::transport::watchdog::Watch;
 
 /// The pointer's file name in a manager's directory: one line, the name of
 /// the latest complete checkpoint's sub-directory.
@@ -23,7 +23,10 @@ const STEP_PREFIX: &str = "step-";
 /// Hugging Face sharded checkpoint, every rank writing a shard), the file
 /// [`LATEST_FILE`] naming the latest complete one, and the last `keep`
 /// complete ones kept. As Orbax's `CheckpointManager` and DeepSpeed's
-/// `latest` tag, for a scopetree plan.
+/// `latest` tag, for a scopetree plan: any [`ShardedPlan`], a
+/// [`SyncPlan`](crate::ranks::SyncPlan) over a tree or a
+/// [`CandlePlan`](crate::ranks::CandlePlan) over a candle store (its
+/// variables on any device).
 ///
 /// The pointer moves only once a step's index is on disk, by an atomic
 /// rename: a save that stops anywhere (a rank killed, a full disk) leaves
@@ -181,7 +184,10 @@ impl CheckpointManager {
             .collect())
     }
 
-    /// Saves `step` with [`SyncPlan::save_shards`] into its own
+    /// Saves `step` with the plan's `save_shards`
+    /// ([`SyncPlan::save_shards`](crate::ranks::SyncPlan::save_shards) of a
+    /// tree, [`CandlePlan::save_shards`](crate::ranks::CandlePlan::save_shards)
+    /// of a candle store) into its own
     /// sub-directory; when every rank's shard and the index are on disk,
     /// rank 0 points [`LATEST_FILE`] at it (an atomic rename) and removes
     /// the complete checkpoints older than the last `keep`, and any
@@ -189,7 +195,7 @@ impl CheckpointManager {
     /// collective call. O(as `save_shards`) plus the directory's entries.
     ///
     /// # Errors
-    /// As [`SyncPlan::save_shards`], on every rank, with the pointer and
+    /// As the plan's `save_shards`, on every rank, with the pointer and
     /// every earlier checkpoint untouched; [`Error::Checkpoint`] on rank 0
     /// ([`Error::PeerFailed`] on the others) when the pointer cannot be
     /// written. A checkpoint that cannot be removed is left in place.
@@ -206,17 +212,22 @@ impl CheckpointManager {
     /// assert_eq!(m.latest()?.map(|(s, _)| s), Some(7));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn save<C: Collective + ?Sized>(
+    pub fn save<P, S, C>(
         &self,
         comm: &C,
-        plan: &mut SyncPlan,
-        tree: &ScopeTree,
+        plan: &mut P,
+        state: &S,
         step: u64,
         opts: &SaveOptions,
-    ) -> Result<ShardedSave, Error> {
-        let _watch = plan.watch(comm, "saving a managed checkpoint");
+    ) -> Result<ShardedSave, Error>
+    where
+        P: ShardedPlan<S>,
+        S: ?Sized,
+        C: Collective + ?Sized,
+    {
+        let _watch = watch(comm, plan, "saving a managed checkpoint");
         let dir = self.step_dir(step);
-        let saved = plan.save_shards(comm, tree, &dir, opts)?;
+        let saved = plan.save_shards_of(comm, state, &dir, opts)?;
         self.point_at(comm, step)?;
         Ok(saved)
     }
@@ -272,12 +283,14 @@ impl CheckpointManager {
         }
     }
 
-    /// Loads the latest complete checkpoint with [`SyncPlan::load_shards`]
+    /// Loads the latest complete checkpoint with the plan's `load_shards`
+    /// ([`SyncPlan::load_shards`](crate::ranks::SyncPlan::load_shards),
+    /// [`CandlePlan::load_shards`](crate::ranks::CandlePlan::load_shards))
     /// (at any number of ranks) and returns its step; `None` on every rank
     /// when there is none yet. A collective call.
     ///
     /// # Errors
-    /// As [`SyncPlan::load_shards`]: every rank's tree unchanged. When the
+    /// As the plan's `load_shards`: every rank's state unchanged. When the
     /// ranks see different pointers (no shared filesystem), the load's
     /// consistency check ([`Error::Diverged`]) or a file error says so.
     ///
@@ -290,13 +303,18 @@ impl CheckpointManager {
     /// assert!(m.load_latest(&SingleProcess, &mut plan, &mut tree)?.is_none());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn load_latest<C: Collective + ?Sized>(
+    pub fn load_latest<P, S, C>(
         &self,
         comm: &C,
-        plan: &mut SyncPlan,
-        tree: &mut ScopeTree,
-    ) -> Result<Option<(u64, ShardedLoad)>, Error> {
-        let _watch = plan.watch(comm, "loading the latest checkpoint");
+        plan: &mut P,
+        state: &mut S,
+    ) -> Result<Option<(u64, ShardedLoad)>, Error>
+    where
+        P: ShardedPlan<S>,
+        S: ?Sized,
+        C: Collective + ?Sized,
+    {
+        let _watch = watch(comm, plan, "loading the latest checkpoint");
         let latest = self.latest();
         let mut gathered = vec![[0_u8; DIGEST_BYTES]; comm.size()];
         let latest = settle(
@@ -319,9 +337,21 @@ impl CheckpointManager {
         none?;
         match latest {
             None => Ok(None),
-            Some((step, dir)) => Ok(Some((step, plan.load_shards(comm, tree, dir)?))),
+            Some((step, dir)) => Ok(Some((step, plan.load_shards_into(comm, state, &dir)?))),
         }
     }
+}
+
+/// Watches the collective call `op` of `plan` on `comm`'s rank, with the
+/// plan's timeout, until the returned guard drops. O(1).
+fn watch<P, S, C>(comm: &C, plan: &P, op: &'static str) -> Watch
+where
+    P: ShardedPlan<S>,
+    S: ?Sized,
+    C: Collective + ?Sized,
+{
+    let (of, timeout) = plan.watched();
+    Watch::arm(comm.rank(), op, &of, timeout)
 }
 
 /// Whether a rank found a pointer, as a message shows it.

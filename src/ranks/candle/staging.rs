@@ -1,0 +1,129 @@
+//! [`CandlePlan`] as a [`ShardedPlan`] over a [`CandleStore`]: its
+//! checkpoints across ranks kept by a
+//! [`CheckpointManager`](crate::ranks::CheckpointManager), and written
+//! beside training by an [`AsyncSaver`](crate::ranks::AsyncSaver), which
+//! copies this rank's shard (from any device) into host buffers kept from
+//! save to save and hashes and writes it on a background thread.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use candle_core::Var;
+
+use super::plan::{CandlePlan, candle};
+use crate::candle::CandleStore;
+use crate::checkpoint::{Checkpointable, Dtype, SaveOptions};
+use crate::ranks::checkpoints::plans::{Sealed, ShardedPlan};
+use crate::ranks::checkpoints::shards::{Prepared, ShardedLoad, ShardedSave, shard_meta, written};
+use crate::ranks::checkpoints::staged::{Shard, Shards, Spare, Staged};
+use crate::ranks::error::Error;
+use crate::ranks::transport::collective::Collective;
+
+/// The host buffers' piece size when copying a variable off its device.
+const PIECE: usize = 8 << 20;
+
+impl ShardedPlan<CandleStore> for CandlePlan {}
+
+impl Sealed<CandleStore> for CandlePlan {
+    fn watched(&self) -> (Arc<str>, Option<Duration>) {
+        CandlePlan::watched(self)
+    }
+
+    fn save_shards_of<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        store: &CandleStore,
+        dir: &Path,
+        opts: &SaveOptions,
+    ) -> Result<ShardedSave, Error> {
+        self.save_shards(comm, store, dir, opts)
+    }
+
+    fn load_shards_into<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        store: &mut CandleStore,
+        dir: &Path,
+    ) -> Result<ShardedLoad, Error> {
+        self.load_shards(comm, store, dir)
+    }
+
+    fn stage<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        store: &CandleStore,
+        dir: &Path,
+        opts: &SaveOptions,
+        spare: &mut Spare,
+    ) -> Result<Staged, Error> {
+        let (prepared, named) = self.prepare_save(comm, store, dir, opts, "starting a save")?;
+        let report = prepared.report();
+        let shards = match &report.mine {
+            None => Ok(None),
+            Some(shard) => {
+                let mine = &named[prepared.my_range()];
+                stage_shard(mine, &prepared, opts, &dir.join(shard), spare).map(|model| {
+                    Some(Shards {
+                        model: Some(model),
+                        state: None,
+                        spare_state: std::mem::take(&mut spare.state),
+                    })
+                })
+            }
+        };
+        Ok(Staged {
+            prepared,
+            report,
+            shards,
+        })
+    }
+}
+
+/// Copies the variables `mine` (this rank's shard of `prepared`, by key)
+/// into `spare`'s buffers, as held (of any dtype, from any device, in
+/// pieces of [`PIECE`] bytes), and describes the shard for the writer,
+/// which adds the checksums of the tensors that `floats_as` leaves as they
+/// are. O(bytes of the shard); allocates only where a buffer is too small.
+///
+/// # Errors
+/// [`Error::Candle`] naming the variable that cannot be read; the buffers
+/// stay in `spare`.
+fn stage_shard(
+    mine: &[(String, Var)],
+    prepared: &Prepared,
+    opts: &SaveOptions,
+    path: &Path,
+    spare: &mut Spare,
+) -> Result<Shard, Error> {
+    let mut buffers = std::mem::take(&mut spare.model);
+    buffers.resize_with(mine.len(), Vec::new);
+    let mut tensors = Vec::with_capacity(mine.len());
+    let mut checksummed = Vec::new();
+    for (n, (buf, (key, var))) in buffers.iter_mut().zip(mine).enumerate() {
+        let dtype: Dtype = var.as_tensor().dtype().into();
+        buf.clear();
+        buf.reserve(var.elem_count() * var.as_tensor().dtype().size_in_bytes());
+        let copied = Checkpointable::write_le(var, PIECE, &mut |piece| {
+            buf.extend_from_slice(piece);
+            Ok(())
+        });
+        if let Err(e) = copied {
+            spare.model = buffers;
+            return Err(candle(key, candle_core::Error::Msg(e.to_string())));
+        }
+        if written(dtype, opts.floats_as) == dtype {
+            checksummed.push(n);
+        }
+        tensors.push((key.clone(), dtype, var.dims().to_vec()));
+    }
+    spare.model_bytes = buffers.iter().map(Vec::capacity).sum();
+    Ok(Shard {
+        tensors,
+        buffers,
+        floats_as: opts.floats_as,
+        metadata: shard_meta(opts, &prepared.save_id, Vec::new()),
+        checksummed,
+        path: path.to_owned(),
+    })
+}
