@@ -18,29 +18,12 @@ use crate::ranks::checkpoints::shards::{
     Prepared, ShardedLoad, ShardedSave, checksum_text, cut_whole, make_dir, name_save, publish,
     same_floats, shard_meta, written,
 };
-use crate::ranks::checkpoints::state_shards::Files;
 use crate::ranks::error::Error;
 use crate::ranks::plan::agree::settle;
 use crate::ranks::plan::bucketed::broadcast_values;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::vars::manifest::{Manifest, ManifestEntry};
 use crate::ranks::vars::values::Values;
-
-/// Checks the bytes just read into the tensors `keys` (the `n`th's bytes
-/// given by `bytes(n)`) against the checksums the files of the checkpoint
-/// `dir` carry for them (tensors without one, from other writers, pass).
-/// O(headers + bytes of those tensors).
-fn verify_sums<'k, 'b>(
-    dir: &Path,
-    keys: impl Iterator<Item = &'k str>,
-    mut bytes: impl FnMut(usize) -> Result<Cow<'b, [u8]>, Error>,
-) -> Result<(), Error> {
-    let files = Files::open(dir)?;
-    for (n, key) in keys.enumerate() {
-        files.check(key, &bytes(n)?)?;
-    }
-    Ok(())
-}
 
 /// The checksum entry of a variable's bytes as held, hashed piece by piece
 /// as a save streams them (a device tensor through two staging pieces), so
@@ -259,8 +242,10 @@ impl CandlePlan {
     /// part; if any rank's read fails, every rank puts its copy back.
     /// O(headers + variables × depth + bytes of this rank's part) read,
     /// plus the broadcast of every part (O(bytes) per rank); memory: this
-    /// rank's part's old values and bytes, the largest other part's bytes
-    /// and one bucket.
+    /// rank's part's old values (on their device) and bytes (on the host),
+    /// the largest other part's bytes and one bucket. A world of one rank
+    /// broadcasts nothing and holds no bytes on the host: its values are
+    /// read through the store's staged load, straight to their device.
     ///
     /// # Errors
     /// On the rank concerned, the checkpoint's error ([`Error::Checkpoint`]:
@@ -311,6 +296,7 @@ impl CandlePlan {
             .collect();
         let ranges = cut_whole(&sizes, comm.size());
         let mine = &named[ranges[comm.rank()].clone()];
+        let solo = comm.size() == 1;
         let keys: Vec<String> = mine.iter().map(|(k, _)| k.clone()).collect();
         // The values this rank is about to overwrite, to put back if a
         // rank's read fails.
@@ -327,15 +313,15 @@ impl CandlePlan {
             Ok(old) => {
                 let wanted: Arc<FxHashSet<String>> = Arc::new(keys.iter().cloned().collect());
                 let opts = LoadOptions::new().filter(move |k| wanted.contains(k));
-                let read = store
-                    .load(dir, &opts)
-                    .map_err(Error::from)
-                    .and_then(|_| mine.iter().map(|(k, v)| held_bytes(k, v)).collect())
-                    .and_then(|bytes: Vec<Vec<u8>>| {
-                        let keys = keys.iter().map(String::as_str);
-                        verify_sums(dir, keys, |n| Ok(Cow::Borrowed(&bytes[n])))?;
-                        Ok(bytes)
-                    });
+                // The store's load checks each tensor's checksum on the
+                // bytes it reads. Alone, a rank sends nothing: no host copy.
+                let read = store.load(dir, &opts).map_err(Error::from).and_then(|_| {
+                    if solo {
+                        Ok(Vec::new())
+                    } else {
+                        mine.iter().map(|(k, v)| held_bytes(k, v)).collect()
+                    }
+                });
                 (old, read)
             }
         };
@@ -357,7 +343,7 @@ impl CandlePlan {
         // failing to set a value) is settled after the broadcasts, which
         // every rank makes alike.
         let mut outcome = Ok(());
-        for (rank, range) in ranges.iter().enumerate() {
+        for (rank, range) in ranges.iter().enumerate().filter(|_| !solo) {
             let part = &named[range.clone()];
             let sizes = &sizes[range.clone()];
             let me = rank == comm.rank();
