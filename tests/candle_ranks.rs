@@ -779,3 +779,43 @@ fn a_manager_and_an_async_saver_keep_a_candle_store_at_1_to_3_ranks() -> R {
     }
     Ok(())
 }
+
+#[test]
+fn an_async_save_over_its_budget_writes_a_candle_store_in_the_call() -> R {
+    use scopetree::ranks::AsyncSaver;
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().to_owned();
+    // Rank 0 is over its budget, rank 1 is not: both shards land, and the
+    // wait publishes the save.
+    let out = thread_world::run(2, |world| -> Result<_, String> {
+        let e = |x: &dyn std::fmt::Display| format!("rank {}: {x}", world.rank());
+        let (store, _model) = tiny_with_frozen().map_err(|x| e(&x))?;
+        fill(&store, 3.0)?;
+        let want = held(&store).map_err(|x| e(&x))?;
+        let mut plan = CandlePlan::new(world, &store, &PlanOptions::new()).map_err(|x| e(&x))?;
+        let budget = if world.rank() == 0 { 0 } else { u64::MAX };
+        let mut saver = AsyncSaver::with_budget(budget);
+        let started = saver
+            .save(world, &mut plan, &store, &root, &Default::default())
+            .map_err(|x| e(&x))?;
+        let staged = saver.staging_bytes();
+        fill(&store, -1.0)?;
+        let before_wait = root.join("model.safetensors.index.json").exists();
+        let done = saver.wait(world).map_err(|x| e(&x))?;
+        Ok((started, staged, before_wait, done.is_some(), want))
+    });
+    let mut want = None;
+    for (rank, got) in out.into_iter().enumerate() {
+        let (started, staged, before_wait, done, w) = got?;
+        assert!(started.bytes > 0, "rank {rank}: {started:?}");
+        assert_eq!(started.in_background, rank == 1, "rank {rank}: {started:?}");
+        assert_eq!(staged == 0, rank == 0, "rank {rank}: {staged} bytes staged");
+        assert!(!before_wait && done, "rank {rank}: published by the wait");
+        want = Some(w);
+    }
+    let (store, _model) = tiny_with_frozen()?;
+    let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    plan.load_shards(&SingleProcess, &store, &root)?;
+    assert_eq!(Some(held(&store)?), want, "the values of the call");
+    Ok(())
+}

@@ -485,6 +485,48 @@ fn an_async_save_writes_the_sliced_state_it_started_with() -> R {
     Ok(())
 }
 
+/// A rank whose shards exceed the saver's budget writes them in the call
+/// (from its tree) and the wait publishes the save: with every rank over
+/// it, and with only the even ranks over it (the ranks' collectives stay
+/// in step whatever each decides), the checkpoint loads the state of the
+/// call, and a rank over the budget keeps no staging.
+#[test]
+fn a_save_over_the_budget_is_written_in_the_call_and_published_by_the_wait() -> R {
+    for mixed in [false, true] {
+        let dir = tempfile::tempdir()?;
+        run(3, |w: &ThreadRank| -> Result<(), Error> {
+            let mut m = model(param_value);
+            let mut plan = SyncPlan::new(w, &m.tree, m.model, &opts(&m))?;
+            pieces(&mut m, &plan, w.rank(), state_value);
+            let over = !mixed || w.rank() % 2 == 0;
+            let mut saver = AsyncSaver::with_budget(if over { 0 } else { u64::MAX });
+            let started = saver.save(w, &mut plan, &m.tree, dir.path(), &Default::default())?;
+            assert_eq!(
+                started.in_background,
+                !over || started.bytes == 0,
+                "rank {}: {started:?}",
+                w.rank()
+            );
+            assert!(started.bytes > 0, "rank {} writes a shard", w.rank());
+            if over {
+                assert_eq!(saver.staging_bytes(), 0, "rank {}", w.rank());
+            }
+            // Not published before the wait, whoever wrote what.
+            assert!(!dir.path().join("model.safetensors.index.json").exists());
+            let done = saver.wait(w)?.expect("a save under way");
+            assert_eq!(done.state_shard.is_some(), !done.state_keys.is_empty());
+            Ok(())
+        })
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
+        for (rank, (got, after, want)) in load_at(2, dir.path()).into_iter().enumerate() {
+            got.map_err(|e| format!("mixed {mixed}, rank {rank}: {e}"))?;
+            assert_eq!(after, want, "mixed {mixed}, rank {rank}");
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn pieces_move_in_chunks_of_a_bucket() -> R {
     // Buckets of 8 and 12 bytes: every split tensor's pieces move in

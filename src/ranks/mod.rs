@@ -94,7 +94,7 @@ mod vars;
 
 #[cfg(feature = "candle")]
 pub use candle::plan::CandlePlan;
-pub use checkpoints::async_save::AsyncSaver;
+pub use checkpoints::async_save::{AsyncSaver, SaveStarted};
 pub use checkpoints::manager::{CheckpointManager, LATEST_FILE};
 pub use checkpoints::plans::ShardedPlan;
 pub use checkpoints::shards::{ShardedLoad, ShardedSave};

@@ -38,6 +38,42 @@ fn streamed_sum(key: &str, var: &Var) -> Result<(String, String), Error> {
     Ok(checksum_text(key, h.digest128()))
 }
 
+/// Writes this rank's shard of the save `prepared` (of the variables
+/// `named`, by key) into `dir`, streamed from the variables through the
+/// store's writer, each tensor hashed as it streams (those `floats_as`
+/// leaves as they are), and flushes it to the disk; sets `saved.keys`.
+/// Nothing on a rank that writes no shard. Local: [`publish`] settles the
+/// outcome. O(bytes of the shard); memory: two pieces per tensor.
+pub(super) fn write_shard(
+    store: &CandleStore,
+    named: &[(String, Var)],
+    prepared: &Prepared,
+    opts: &SaveOptions,
+    dir: &Path,
+    saved: &mut ShardedSave,
+) -> Result<(), Error> {
+    let Some(shard) = &saved.mine else {
+        return Ok(());
+    };
+    let range = prepared.my_range();
+    let sums: Vec<_> = named[range.clone()]
+        .iter()
+        .filter(|(_, v)| {
+            let held: Dtype = v.as_tensor().dtype().into();
+            written(held, opts.floats_as) == held
+        })
+        .map(|(key, v)| streamed_sum(key, v))
+        .collect::<Result<_, Error>>()?;
+    let path = dir.join(shard);
+    let keys: Arc<FxHashSet<String>> = Arc::new(prepared.keys[range].iter().cloned().collect());
+    let mut mine = opts.clone();
+    mine.metadata = Some(shard_meta(opts, &prepared.save_id, sums));
+    mine.filter = Some(Arc::new(move |k: &str| keys.contains(k)));
+    let report = store.save_file_with(&path, &mine)?;
+    saved.keys = report.keys;
+    Ok(sync_file(&path)?)
+}
+
 /// A variable's bytes as held: one copy on the host, of any dtype.
 fn held_bytes(key: &str, var: &Var) -> Result<Vec<u8>, Error> {
     Checkpointable::try_le_bytes(var)
@@ -138,34 +174,9 @@ impl CandlePlan {
         let dir = dir.as_ref();
         let (prepared, named) = self.prepare_save(comm, store, dir, opts, op)?;
         let mut saved = prepared.report();
-        let range = prepared.my_range();
-        let written = match &saved.mine {
-            // Any error here is settled in `publish`, never returned before
-            // it: the other ranks wait there.
-            Some(shard) => {
-                let mine = &named[range.clone()];
-                let sums: Result<Vec<_>, Error> = mine
-                    .iter()
-                    .filter(|(_, v)| {
-                        let held: Dtype = v.as_tensor().dtype().into();
-                        written(held, opts.floats_as) == held
-                    })
-                    .map(|(key, v)| streamed_sum(key, v))
-                    .collect();
-                let path = dir.join(shard);
-                sums.and_then(|sums| {
-                    let keys: Arc<FxHashSet<String>> =
-                        Arc::new(prepared.keys[range].iter().cloned().collect());
-                    let mut mine = opts.clone();
-                    mine.metadata = Some(shard_meta(opts, &prepared.save_id, sums));
-                    mine.filter = Some(Arc::new(move |k: &str| keys.contains(k)));
-                    let report = store.save_file_with(&path, &mine)?;
-                    saved.keys = report.keys;
-                    Ok(sync_file(&path)?)
-                })
-            }
-            None => Ok(()),
-        };
+        // Any error here is settled in `publish`, never returned before
+        // it: the other ranks wait there.
+        let written = write_shard(store, &named, &prepared, opts, dir, &mut saved);
         publish(comm, dir, &prepared, written)?;
         Ok(saved)
     }

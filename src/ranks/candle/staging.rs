@@ -12,6 +12,7 @@ use std::time::Duration;
 use candle_core::Var;
 
 use super::plan::{CandlePlan, candle};
+use super::shards::write_shard;
 use crate::candle::CandleStore;
 use crate::checkpoint::{Checkpointable, Dtype, SaveOptions};
 use crate::ranks::checkpoints::plans::{Sealed, ShardedPlan};
@@ -56,9 +57,25 @@ impl Sealed<CandleStore> for CandlePlan {
         dir: &Path,
         opts: &SaveOptions,
         spare: &mut Spare,
+        budget: u64,
     ) -> Result<Staged, Error> {
         let (prepared, named) = self.prepare_save(comm, store, dir, opts, "starting a save")?;
-        let report = prepared.report();
+        let mut report = prepared.report();
+        let bytes: u64 = named[prepared.my_range()]
+            .iter()
+            .map(|(_, v)| (v.elem_count() * v.as_tensor().dtype().size_in_bytes()) as u64)
+            .sum();
+        if bytes > budget {
+            // Over the budget: written now, streamed from the variables.
+            let written = write_shard(store, &named, &prepared, opts, dir, &mut report);
+            return Ok(Staged {
+                prepared,
+                report,
+                shards: written.map(|()| None),
+                bytes,
+                in_background: false,
+            });
+        }
         let shards = match &report.mine {
             None => Ok(None),
             Some(shard) => {
@@ -76,6 +93,8 @@ impl Sealed<CandleStore> for CandlePlan {
             prepared,
             report,
             shards,
+            bytes,
+            in_background: true,
         })
     }
 }

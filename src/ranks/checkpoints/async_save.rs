@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::manager::CheckpointManager;
 use super::plans::ShardedPlan;
@@ -47,11 +47,18 @@ struct Pending {
 /// the checkpoint (no index, no pointer), so the previous one stays the
 /// latest.
 ///
-/// The staging memory is this rank's part only: the buffers keep their
+/// The staging memory is this rank's part only, and at most the budget
+/// given to [`with_budget`](Self::with_budget): a rank whose part exceeds
+/// it writes the part in the call instead. The buffers keep their
 /// capacity, so saves of the same plan allocate nothing for the values
 /// after the first. MPI is only called from the thread that calls `save`
 /// and `wait` (the background thread writes files only), as
 /// `Threading::Funneled` requires.
+///
+/// With a [`CandlePlan`](crate::ranks::CandlePlan), a rank copies its
+/// shard's variables off their device (in 8 MiB pieces, in the caller's
+/// time), and the background thread hashes each tensor and writes the
+/// shard, with the checksums `CandlePlan::save_shards` writes.
 ///
 /// ```
 /// # let dir = tempfile::tempdir()?;
@@ -70,13 +77,40 @@ struct Pending {
 /// assert_eq!(tree.get::<Vec<f32>>(w)?, &[1.0; 4]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Default)]
 pub struct AsyncSaver {
     /// Staging buffers, one per tensor of this rank's last shard and of
     /// the sliced state it wrote (with the writer while a save is under
     /// way).
     spare: Spare,
+    /// The most bytes a rank stages for one save.
+    budget: u64,
     pending: Option<Pending>,
+}
+
+impl Default for AsyncSaver {
+    fn default() -> Self {
+        Self {
+            spare: Spare::default(),
+            budget: u64::MAX,
+            pending: None,
+        }
+    }
+}
+
+/// How a save beside training started on this rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SaveStarted {
+    /// The bytes of this rank's shards, as held.
+    pub bytes: u64,
+    /// Whether a background thread writes them (`false`: they exceeded
+    /// the saver's [budget](AsyncSaver::with_budget), and this rank wrote
+    /// them before the call returned). Either way the checkpoint is
+    /// published by the next save or [`wait`](AsyncSaver::wait).
+    pub in_background: bool,
+    /// How long the call held the caller: the checks, the copies into
+    /// staging (or the writes, over the budget).
+    pub blocked: Duration,
 }
 
 impl std::fmt::Debug for AsyncSaver {
@@ -97,6 +131,35 @@ impl AsyncSaver {
     /// ```
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A saver that stages at most `budget` bytes per rank and save: a
+    /// rank whose shards hold more writes them in the call (from its
+    /// variables, with no staging, as `save_shards` does) and reports
+    /// [`SaveStarted::in_background`] `false`; the save is still
+    /// published by the next save or [`wait`](Self::wait). The buffers
+    /// kept between saves never exceed it. [`new`](Self::new) has no
+    /// budget: a rank stages its whole part. O(1).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// use scopetree::{ScopeTree, ranks::{AsyncSaver, PlanOptions, SingleProcess, SyncPlan}};
+    /// let mut tree = ScopeTree::new();
+    /// let w = tree.var(tree.root(), "w")?;
+    /// tree.set(w, vec![1.0_f32; 1024])?; // 4 KiB
+    /// let mut plan = SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new())?;
+    /// let mut saver = AsyncSaver::with_budget(1024);
+    /// let started = saver.save(&SingleProcess, &mut plan, &tree, dir.path().join("1"), &Default::default())?;
+    /// assert_eq!((started.bytes, started.in_background), (4096, false));
+    /// assert_eq!(saver.staging_bytes(), 0);
+    /// saver.wait(&SingleProcess)?.expect("published by the wait");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_budget(budget: u64) -> Self {
+        Self {
+            budget,
+            ..Self::default()
+        }
     }
 
     /// Whether a save is under way (started, not yet finished by
@@ -156,7 +219,7 @@ impl AsyncSaver {
         state: &S,
         dir: impl AsRef<Path>,
         opts: &SaveOptions,
-    ) -> Result<(), Error>
+    ) -> Result<SaveStarted, Error>
     where
         P: ShardedPlan<S>,
         S: ?Sized,
@@ -196,7 +259,7 @@ impl AsyncSaver {
         state: &S,
         step: u64,
         opts: &SaveOptions,
-    ) -> Result<(), Error>
+    ) -> Result<SaveStarted, Error>
     where
         P: ShardedPlan<S>,
         S: ?Sized,
@@ -214,13 +277,14 @@ impl AsyncSaver {
         dir: &Path,
         opts: &SaveOptions,
         pointer: Option<(CheckpointManager, u64)>,
-    ) -> Result<(), Error>
+    ) -> Result<SaveStarted, Error>
     where
         P: ShardedPlan<S>,
         S: ?Sized,
         C: Collective + ?Sized,
     {
         self.wait(comm)?;
+        let t0 = Instant::now();
         let watched = plan.watched();
         let _watch = Watch::arm(
             comm.rank(),
@@ -232,7 +296,9 @@ impl AsyncSaver {
             prepared,
             report,
             shards,
-        } = plan.stage(comm, state, dir, opts, &mut self.spare)?;
+            bytes,
+            in_background,
+        } = plan.stage(comm, state, dir, opts, &mut self.spare, self.budget)?;
         let (writer, staged) = match shards {
             Err(e) => (None, Err(e)),
             Ok(None) => (None, Ok(())),
@@ -247,7 +313,11 @@ impl AsyncSaver {
             pointer,
             watched,
         });
-        Ok(())
+        Ok(SaveStarted {
+            bytes,
+            in_background,
+            blocked: t0.elapsed(),
+        })
     }
 
     /// Finishes the save under way, if any: joins this rank's writer, the

@@ -60,6 +60,10 @@ pub trait Sealed<S: ?Sized> {
     /// here is every rank's, with nothing started), then copies this
     /// rank's shards into `spare`'s buffers for a background thread to
     /// write.
+    ///
+    /// A rank whose shards hold more than `budget` bytes writes them
+    /// instead, before returning (from its variables, with no staging),
+    /// and says so in [`Staged::in_background`].
     fn stage<C: Collective + ?Sized>(
         &mut self,
         comm: &C,
@@ -67,6 +71,7 @@ pub trait Sealed<S: ?Sized> {
         dir: &Path,
         opts: &SaveOptions,
         spare: &mut Spare,
+        budget: u64,
     ) -> Result<Staged, Error>;
 }
 
@@ -103,10 +108,36 @@ impl Sealed<ScopeTree> for SyncPlan {
         dir: &Path,
         opts: &SaveOptions,
         spare: &mut Spare,
+        budget: u64,
     ) -> Result<Staged, Error> {
         let prepared = self.prepare_save(comm, tree, dir, opts, "starting a save")?;
-        let mut report = prepared.report();
         let range = prepared.my_range();
+        let entries = self.manifest().entries();
+        let model_bytes: u64 = prepared.indices[range.clone()]
+            .iter()
+            .map(|&v| {
+                (entries[v].shape.iter().product::<usize>() * entries[v].dtype.bitsize() / 8) as u64
+            })
+            .sum();
+        let state_bytes = prepared
+            .state
+            .as_ref()
+            .map_or(0, |st| self.state_bytes_mine(st));
+        let bytes = model_bytes + state_bytes;
+        if bytes > budget {
+            // Over the budget: written now, from the tree, as
+            // `save_shards` writes (the gathering of the split state
+            // tensors is the same collective call as the staging's).
+            let (report, written) = self.write_shards(comm, tree, dir, opts, &prepared)?;
+            return Ok(Staged {
+                prepared,
+                report,
+                shards: written.map(|()| None),
+                bytes,
+                in_background: false,
+            });
+        }
+        let mut report = prepared.report();
         // The state first: gathering its split tensors is collective.
         let mut state_buffers = std::mem::take(&mut spare.state);
         let state = match &prepared.state {
@@ -153,6 +184,8 @@ impl Sealed<ScopeTree> for SyncPlan {
             prepared,
             report,
             shards,
+            bytes,
+            in_background: true,
         })
     }
 }

@@ -432,6 +432,25 @@ impl SyncPlan {
         let _watch = self.watch(comm, "saving the shards");
         let dir = dir.as_ref();
         let prepared = self.prepare_save(comm, tree, dir, opts, "saving the shards")?;
+        let (saved, written) = self.write_shards(comm, tree, dir, opts, &prepared)?;
+        publish(comm, dir, &prepared, written)?;
+        Ok(saved)
+    }
+
+    /// Writes this rank's shards of the save `prepared` into `dir`, from
+    /// the tree (the sliced state's split tensors gathered first, a
+    /// collective call): returns this rank's report and how its writes
+    /// went, which [`publish`] then settles. An error returned is every
+    /// rank's (a failed collective); a failed write is in the outcome.
+    /// O(bytes of this rank's shards).
+    pub(in crate::ranks) fn write_shards<C: Collective + ?Sized>(
+        &self,
+        comm: &C,
+        tree: &ScopeTree,
+        dir: &Path,
+        opts: &SaveOptions,
+        prepared: &Prepared,
+    ) -> Result<(ShardedSave, Result<(), Error>), Error> {
         let mut saved = prepared.report();
         let mut buffers = Vec::new();
         let state = match &prepared.state {
@@ -443,7 +462,7 @@ impl SyncPlan {
                 let range = prepared.my_range();
                 // An error here is settled with the writes below, never
                 // returned before it: the other ranks wait in that settle.
-                let meta = self.shard_metadata(tree, &prepared, range.clone(), opts);
+                let meta = self.shard_metadata(tree, prepared, range.clone(), opts);
                 let keys: FxHashSet<String> = prepared.keys[range].iter().cloned().collect();
                 let mut mine = opts.clone();
                 mine.sep = Separator::Slash;
@@ -468,8 +487,7 @@ impl SyncPlan {
             }
             None => Ok(()),
         });
-        publish(comm, dir, &prepared, written)?;
-        Ok(saved)
+        Ok((saved, written))
     }
 
     /// The start of a save on every rank: checks the plan and the options,

@@ -104,4 +104,9 @@ pub struct Staged {
     pub(in crate::ranks) prepared: Prepared,
     pub(in crate::ranks) report: ShardedSave,
     pub(in crate::ranks) shards: Result<Option<Shards>, Error>,
+    /// This rank's bytes to write, as held.
+    pub(in crate::ranks) bytes: u64,
+    /// Whether the shards are left to the background thread (`false`:
+    /// over the budget, they were written before `stage` returned).
+    pub(in crate::ranks) in_background: bool,
 }

@@ -191,6 +191,26 @@ impl SyncPlan {
         }
     }
 
+    /// The bytes of the sliced-state tensors this rank's state shard of
+    /// the save `prepared` holds, as held. O(state tensors).
+    pub(in crate::ranks) fn state_bytes_mine(&self, prepared: &PreparedState) -> u64 {
+        let (Some(layout), Some(mine)) = (&self.state, prepared.mine) else {
+            return 0;
+        };
+        let entries = self.manifest().entries();
+        prepared
+            .bound
+            .tensors
+            .iter()
+            .zip(&prepared.shard_of)
+            .filter(|&(_, &shard)| shard == mine)
+            .map(|(t, _)| {
+                let e = &entries[layout.vars[t.var]];
+                (e.shape.iter().product::<usize>() * e.dtype.bitsize() / 8) as u64
+            })
+            .sum()
+    }
+
     /// Gathers the whole tensors this rank holds into `buffers` and
     /// describes its shard (`None` on a rank that holds none), stamped
     /// with `save_id`, `"format": "pt"` and each tensor's checksum; with
