@@ -1,7 +1,9 @@
 //! The candle store on a CUDA device (feature `cuda`): loads straight to the
 //! device (created, in place, before the build, converted), their checks
-//! and atomicity, device mismatches, saves from the device, and `AdamW`.
-//! Each check compares with the same work on the CPU, bit for bit.
+//! and atomicity, device mismatches, saves from the device, `AdamW`, and
+//! the ranks layer over a device store at one rank (the all-reduce through
+//! host staging, the manager and the async saver). Each check compares
+//! with the same work on the CPU, bit for bit.
 //!
 //! A test binary without libtest's harness: without a device every check
 //! prints `skipped: no CUDA device` and counts as ignored.
@@ -40,6 +42,14 @@ fn main() -> ExitCode {
         ("saves_of_device_vars_match_cpu_saves_byte_for_byte", saves),
         ("device_memory_of_a_load_is_the_tensors", device_memory),
         ("adamw_on_the_device_matches_candles", adamw),
+        (
+            "ranks_all_reduce_of_device_gradients_matches_the_cpus",
+            ranks_all_reduce,
+        ),
+        (
+            "ranks_manager_and_async_saver_keep_a_device_store",
+            ranks_checkpoints,
+        ),
     ];
     gpu_harness::run(checks)
 }
@@ -531,6 +541,156 @@ fn adamw(dev: &Device) -> R {
                 .map(|x| x.to_bits())
                 .eq(b.iter().map(|x| x.to_bits())),
             "{k} differs"
+        );
+    }
+    Ok(())
+}
+
+/// `f32` and `f64` variables of several sizes on `dev`, the same values on
+/// every device.
+fn mixed(dev: &Device) -> Result<CandleStore, String> {
+    let store = CandleStore::new();
+    let vars: [(&str, usize, DType); 5] = [
+        ("a", 3, DType::F32),
+        ("b", 1000, DType::F64),
+        ("c", 70_000, DType::F32),
+        ("d", 5, DType::F32),
+        ("e", 33, DType::F64),
+    ];
+    for (name, n, dtype) in vars {
+        store
+            .get(n, name, Init::Const(0.0), dtype, dev)
+            .why("get")?;
+    }
+    for (name, v) in store.named_vars().why("named_vars")? {
+        let n = v.elem_count();
+        let t = Tensor::arange(0.0, n as f64, dev)
+            .and_then(|t| t.affine(0.001, 0.5))
+            .and_then(|t| t.to_dtype(v.dtype()))
+            .why(&name)?;
+        v.set(&t).why("set")?;
+    }
+    Ok(store)
+}
+
+/// The gradients of `Σ sin(w) · w` over the plan's variables, and each one
+/// as bits (as `f64`).
+fn device_grads(vars: &[Var]) -> Result<(candle_core::backprop::GradStore, Vec<Vec<u64>>), String> {
+    let mut loss: Option<Tensor> = None;
+    for v in vars {
+        let term = v
+            .as_tensor()
+            .sin()
+            .and_then(|s| s.mul(v.as_tensor()))
+            .and_then(|t| t.sum_all())
+            .and_then(|t| t.to_dtype(DType::F64))
+            .why("term")?;
+        loss = Some(match loss {
+            None => term,
+            Some(l) => (l + term).why("sum")?,
+        });
+    }
+    let grads = loss.ok_or("no loss")?.backward().why("backward")?;
+    let bits = grad_bits(&grads, vars)?;
+    Ok((grads, bits))
+}
+
+fn grad_bits(
+    grads: &candle_core::backprop::GradStore,
+    vars: &[Var],
+) -> Result<Vec<Vec<u64>>, String> {
+    vars.iter()
+        .map(|v| {
+            let g = grads.get(v.as_tensor()).ok_or("a gradient is missing")?;
+            Ok(g.flatten_all()
+                .and_then(|t| t.to_dtype(DType::F64))
+                .and_then(|t| t.to_vec1::<f64>())
+                .why("gradient")?
+                .iter()
+                .map(|x| x.to_bits())
+                .collect())
+        })
+        .collect()
+}
+
+fn ranks_all_reduce(dev: &Device) -> R {
+    use scopetree::ranks::{CandlePlan, PlanOptions, Reduce, SingleProcess};
+    // Fused buckets that split variables, direct ones in chunks, defaults.
+    for opts in [
+        PlanOptions::new().bucket_bytes(4096).direct_bytes(64 << 10),
+        PlanOptions::new(),
+    ] {
+        for op in [Reduce::Sum, Reduce::Mean] {
+            for in_place in [false, true] {
+                let what = format!("{opts:?} {op:?} in place {in_place}");
+                let mut got = Vec::new();
+                for d in [&Device::Cpu, dev] {
+                    let store = mixed(d)?;
+                    let mut plan = CandlePlan::new(&SingleProcess, &store, &opts).why("plan")?;
+                    let vars = plan.vars().to_vec();
+                    let (mut grads, before) = device_grads(&vars)?;
+                    if in_place {
+                        plan.all_reduce_in_place(&SingleProcess, &mut grads, op)
+                    } else {
+                        plan.all_reduce(&SingleProcess, &mut grads, op)
+                    }
+                    .why(&what)?;
+                    let after = grad_bits(&grads, &vars)?;
+                    ensure!(
+                        after == before,
+                        "{what}: one rank changed a gradient on {d:?}"
+                    );
+                    for v in &vars {
+                        let g = grads.get(v.as_tensor()).ok_or("a gradient")?;
+                        ensure!(
+                            g.device().same_device(v.device()),
+                            "{what}: a gradient left its device"
+                        );
+                    }
+                    got.push(after);
+                }
+                ensure!(
+                    got[0] == got[1],
+                    "{what}: the device's sums differ from the CPU's"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn ranks_checkpoints(dev: &Device) -> R {
+    use scopetree::ranks::{AsyncSaver, CandlePlan, CheckpointManager, PlanOptions, SingleProcess};
+    for budget in [u64::MAX, 0] {
+        let dir = tmp()?;
+        let mut store = mixed(dev)?;
+        let want = contents(&store)?;
+        let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new()).why("plan")?;
+        let manager = CheckpointManager::new(dir.path(), 1).why("manager")?;
+        let mut saver = AsyncSaver::with_budget(budget);
+        let started = saver
+            .save_managed(
+                &SingleProcess,
+                &manager,
+                &mut plan,
+                &store,
+                1,
+                &SaveOptions::new(),
+            )
+            .why("save")?;
+        ensure!(started.in_background == (budget > 0), "{started:?}");
+        for v in plan.vars() {
+            v.set(&v.zeros_like().why("zeros")?).why("scramble")?;
+        }
+        saver.wait(&SingleProcess).why("wait")?;
+        manager
+            .load_latest(&SingleProcess, &mut plan, &mut store)
+            .why("load")?
+            .ok_or("no checkpoint")?;
+        all_on(&store, true)?;
+        ensure!(
+            contents(&store)? == want,
+            "budget {budget}: loaded other values"
         );
     }
     Ok(())

@@ -98,6 +98,9 @@ pub struct CandlePlan {
     /// What the watchdog names, and the calls' timeout.
     watched: Arc<str>,
     timeout: Option<Duration>,
+    /// Whether host tensors go through the staged path of device tensors
+    /// too (the unit tests' way to drive that path without a GPU).
+    stage_all: bool,
 }
 
 impl std::fmt::Debug for CandlePlan {
@@ -117,6 +120,28 @@ pub(in crate::ranks) fn candle(key: &str, source: candle_core::Error) -> Error {
     })
 }
 
+/// `t` as a call reads it: contiguous, on its own device (itself, an
+/// `Arc` clone, when it is contiguous already, else a contiguous copy).
+/// A CPU tensor is then read in place; one on another device piece by
+/// piece through host staging ([`Staged`]), with no host copy of the
+/// whole.
+fn source(t: &Tensor) -> candle_core::Result<Tensor> {
+    t.contiguous()
+}
+
+/// The elements whose native bytes are `bytes` (whatever their
+/// alignment). O(bytes).
+fn native<F, const N: usize>(bytes: &[u8], from: fn([u8; N]) -> F) -> Vec<F> {
+    bytes
+        .chunks_exact(N)
+        .map(|c| {
+            let mut a = [0_u8; N];
+            a.copy_from_slice(c);
+            from(a)
+        })
+        .collect()
+}
+
 /// `t` as a contiguous CPU tensor: itself (an `Arc` clone) when it is one
 /// already, else a copy.
 fn on_host(t: &Tensor) -> candle_core::Result<Tensor> {
@@ -124,6 +149,46 @@ fn on_host(t: &Tensor) -> candle_core::Result<Tensor> {
         Ok(t.clone())
     } else {
         t.to_device(&Device::Cpu)?.contiguous()
+    }
+}
+
+/// Whether a call reads `t` in place on the host (else through staging).
+fn in_host(t: &Tensor, stage_all: bool) -> bool {
+    t.device().is_cpu() && !stage_all
+}
+
+/// Device tensors read and written a piece at a time through host memory:
+/// each piece a bucket's segment (at most a bucket), so the staging is
+/// bounded by the bucket, not the gradients; in a pipelined all-reduce the
+/// copies of one bucket run while another bucket's transfer is in flight.
+struct Staged;
+
+impl Staged {
+    /// Copies the bytes `at..at + into.len()` of the contiguous tensor `t`
+    /// (`F32` or `F64`, on any device) into `into`. O(piece).
+    fn read(t: &Tensor, at: usize, into: &mut [u8]) -> candle_core::Result<()> {
+        let size = t.dtype().size_in_bytes();
+        let piece = t
+            .flatten_all()?
+            .narrow(0, at / size, into.len() / size)?
+            .to_device(&Device::Cpu)?;
+        with_bytes(&piece, |b| into.copy_from_slice(b))
+    }
+
+    /// Copies the elements in `from` (native bytes of `t`'s dtype) over
+    /// the elements `at / size..` of the contiguous tensor `t`, on its
+    /// device, in place. O(piece).
+    fn write(t: &Tensor, at: usize, from: &[u8]) -> candle_core::Result<()> {
+        let size = t.dtype().size_in_bytes();
+        let n = from.len() / size;
+        let piece = match t.dtype() {
+            DType::F64 => {
+                Tensor::from_vec(native::<f64, 8>(from, f64::from_ne_bytes), n, &Device::Cpu)?
+            }
+            _ => Tensor::from_vec(native::<f32, 4>(from, f32::from_ne_bytes), n, &Device::Cpu)?,
+        };
+        t.flatten_all()?
+            .slice_set(&piece.to_device(t.device())?, 0, at / size)
     }
 }
 
@@ -150,41 +215,65 @@ fn with_bytes<R>(t: &Tensor, f: impl FnOnce(&[u8]) -> R) -> candle_core::Result<
 enum Out {
     F32(Vec<f32>),
     F64(Vec<f64>),
+    /// A result on its variable's device, written a piece at a time
+    /// ([`Staged::write`]); `None` until a reduce hands over a direct
+    /// variable's elements.
+    Dev(Device, Option<Tensor>),
 }
 
 impl Out {
-    /// Zeros of `var`'s dtype and element count.
-    fn zeros(var: &Var) -> Self {
-        match var.dtype() {
+    /// Zeros of `var`'s dtype and element count: on the host, or on
+    /// `var`'s device when it is staged.
+    fn zeros(var: &Var, stage_all: bool) -> candle_core::Result<Self> {
+        if !in_host(var.as_tensor(), stage_all) {
+            let t = Tensor::zeros(var.elem_count(), var.dtype(), var.device())?;
+            return Ok(Out::Dev(var.device().clone(), Some(t)));
+        }
+        Ok(match var.dtype() {
             DType::F64 => Out::F64(vec![0.0; var.elem_count()]),
             _ => Out::F32(vec![0.0; var.elem_count()]),
-        }
+        })
     }
 
     /// An empty buffer of `var`'s dtype, for a result a reduce hands over.
-    fn empty(var: &Var) -> Self {
+    fn empty(var: &Var, stage_all: bool) -> Self {
+        if !in_host(var.as_tensor(), stage_all) {
+            return Out::Dev(var.device().clone(), None);
+        }
         match var.dtype() {
             DType::F64 => Out::F64(Vec::new()),
             _ => Out::F32(Vec::new()),
         }
     }
 
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        match self {
+    /// Copies `from` over the bytes `at..` of the result. O(bytes).
+    fn write(&mut self, at: usize, from: &[u8]) -> candle_core::Result<()> {
+        let bytes: &mut [u8] = match self {
             Out::F32(v) => bytemuck::cast_slice_mut(v),
             Out::F64(v) => bytemuck::cast_slice_mut(v),
-        }
+            Out::Dev(_, Some(t)) => return Staged::write(t, at, from),
+            Out::Dev(_, None) => return Err(no_result()),
+        };
+        bytes[at..at + from.len()].copy_from_slice(from);
+        Ok(())
     }
 
-    /// The buffer as a tensor of `var`'s shape on `var`'s device (no copy
-    /// on the CPU).
+    /// The result as a tensor of `var`'s shape on `var`'s device (no copy
+    /// on the CPU, nor for a result made on the device).
     fn into_tensor(self, var: &Var) -> candle_core::Result<Tensor> {
         let t = match self {
             Out::F32(v) => Tensor::from_vec(v, var.dims(), &Device::Cpu)?,
             Out::F64(v) => Tensor::from_vec(v, var.dims(), &Device::Cpu)?,
+            Out::Dev(_, Some(t)) => return t.reshape(var.dims()),
+            Out::Dev(_, None) => return Err(no_result()),
         };
         t.to_device(var.device())
     }
+}
+
+/// A device result that no reduce handed over (a bug, not an input).
+fn no_result() -> candle_core::Error {
+    candle_core::Error::Msg("a device result that no reduce handed over".into())
 }
 
 /// The tensors a call reads and the buffers it writes (`None`: a variable
@@ -196,12 +285,17 @@ struct Host<'a> {
     /// Per variable, whether its source is the gradient itself, whose
     /// storage may take the reduced elements in place (empty: none may).
     in_place: &'a [bool],
+    /// Whether host tensors are staged as device ones are (tests).
+    stage_all: bool,
 }
 
 impl Values for Host<'_> {
     fn read(&mut self, var: usize, at: usize, into: &mut [u8]) -> Result<(), Error> {
         match &self.sources[var] {
             None => into.fill(0),
+            Some(t) if !in_host(t, self.stage_all) => {
+                Staged::read(t, at, into).map_err(|e| candle(&self.keys[var].key, e))?;
+            }
             Some(t) => with_bytes(t, |b| into.copy_from_slice(&b[at..at + into.len()]))
                 .map_err(|e| candle(&self.keys[var].key, e))?,
         }
@@ -209,7 +303,8 @@ impl Values for Host<'_> {
     }
     fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error> {
         if let Some(out) = &mut self.out[var] {
-            out.bytes_mut()[at..at + from.len()].copy_from_slice(from);
+            out.write(at, from)
+                .map_err(|e| candle(&self.keys[var].key, e))?;
         }
         Ok(())
     }
@@ -228,6 +323,14 @@ impl Direct for Host<'_> {
                 let e = &self.keys[var];
                 let n = e.shape.iter().product::<usize>() * (e.dtype.bitsize() / 8);
                 f(&vec![0_u8; n])
+            }
+            Some(t) if !in_host(t, self.stage_all) => {
+                // One variable's bytes on the host at a time.
+                let host = t
+                    .flatten_all()
+                    .and_then(|t| t.to_device(&Device::Cpu))
+                    .map_err(|e| candle(&self.keys[var].key, e))?;
+                with_bytes(&host, |b| f(b)).map_err(|e| candle(&self.keys[var].key, e))?
             }
             Some(t) => with_bytes(t, |b| f(b)).map_err(|e| candle(&self.keys[var].key, e))?,
         }
@@ -253,6 +356,18 @@ impl Direct for Host<'_> {
         let Some(out) = &mut self.out[var] else {
             return Ok(());
         };
+        if let Out::Dev(device, result) = out {
+            // The sums go to the device; the spare stays the plan's.
+            let made = if let Some(v) = spare.downcast_ref::<Vec<f32>>() {
+                Tensor::from_slice(v, v.len(), device)
+            } else if let Some(v) = spare.downcast_ref::<Vec<f64>>() {
+                Tensor::from_slice(v, v.len(), device)
+            } else {
+                Err(no_result())
+            };
+            *result = Some(made.map_err(|e| candle(&self.keys[var].key, e))?);
+            return Ok(());
+        }
         if let Some(v) = spare.downcast_mut::<Vec<f32>>() {
             *out = Out::F32(std::mem::take(v));
         } else if let Some(v) = spare.downcast_mut::<Vec<f64>>() {
@@ -328,6 +443,7 @@ impl CandlePlan {
             gathered,
             watched,
             timeout: opts.timeout,
+            stage_all: false,
         })
     }
 
@@ -463,7 +579,7 @@ impl CandlePlan {
             self.sources.clear();
             for (v, e) in self.vars.iter().zip(self.manifest.entries()) {
                 let t = if me {
-                    Some(on_host(v.as_tensor()).map_err(|err| candle(&e.key, err))?)
+                    Some(source(v.as_tensor()).map_err(|err| candle(&e.key, err))?)
                 } else {
                     None
                 };
@@ -474,16 +590,24 @@ impl CandlePlan {
         let same: Same = ("roots", root as u64, show_count);
         let done = settle(comm, &mut self.gathered, "broadcast", local, Some(same));
         let done = done.and_then(|()| {
+            let stage_all = self.stage_all;
             let mut out: Vec<Option<Out>> = if me {
                 Vec::new()
             } else {
-                self.vars.iter().map(|v| Some(Out::zeros(v))).collect()
+                (self.vars.iter().zip(self.manifest.entries()))
+                    .map(|(v, e)| {
+                        Out::zeros(v, stage_all)
+                            .map(Some)
+                            .map_err(|err| candle(&e.key, err))
+                    })
+                    .collect::<Result<_, Error>>()?
             };
             let mut host = Host {
                 keys: self.manifest.entries(),
                 sources: &self.sources,
                 out: &mut out,
                 in_place: &[],
+                stage_all,
             };
             let nbytes = self.nbytes.iter().copied();
             broadcast_values(comm, root, nbytes, self.byte_cap, &mut host)?;
@@ -517,10 +641,17 @@ impl CandlePlan {
     /// reduced gradient replaces the one `backward` made; a large one's
     /// buffer is the spare it was summed into, so the plan zeroes a new
     /// spare for the next call), plus two small vectors of one entry per
-    /// variable, and copies a gradient that is not a contiguous CPU tensor
-    /// to the host first. [`all_reduce_in_place`](Self::all_reduce_in_place)
+    /// variable. [`all_reduce_in_place`](Self::all_reduce_in_place)
     /// writes the large gradients in place instead. O(bytes) per rank for
     /// the copies, plus one all-gather of 16 bytes per rank for the check.
+    ///
+    /// A gradient on another device (CUDA) is never copied to the host
+    /// whole: each bucket segment of it is copied to the send buffer, and
+    /// each segment of the sums into a result tensor made on the device;
+    /// a gradient sent from its own buffer (at least
+    /// [`PlanOptions::direct_bytes`]) is copied to the host one at a time,
+    /// and its sums go back from the plan's spare. The buckets, and so the
+    /// sums' bits, are those of CPU gradients.
     ///
     /// # Errors
     /// On every rank: [`Error::ArgumentsDiffer`] when the ranks pass
@@ -642,23 +773,28 @@ impl CandlePlan {
             // Buffers only for the variables some rank has a gradient of;
             // those sent from their own buffers get theirs from the reduce.
             let direct = |i: usize| self.f32s.is_direct(i) || self.f64s.is_direct(i);
+            let stage_all = self.stage_all;
+            let keys = self.manifest.entries();
             let mut out: Vec<Option<Out>> = (self.vars.iter().zip(&self.present_sum))
                 .enumerate()
                 .map(|(i, (v, &n))| {
-                    (n > 0.0).then(|| {
-                        if direct(i) {
-                            Out::empty(v)
-                        } else {
-                            Out::zeros(v)
-                        }
-                    })
+                    if n == 0.0 {
+                        Ok(None)
+                    } else if direct(i) {
+                        Ok(Some(Out::empty(v, stage_all)))
+                    } else {
+                        Out::zeros(v, stage_all)
+                            .map(Some)
+                            .map_err(|e| candle(&keys[i].key, e))
+                    }
                 })
-                .collect();
+                .collect::<Result<_, Error>>()?;
             let mut host = Host {
-                keys: self.manifest.entries(),
+                keys,
                 sources: &self.sources,
                 out: &mut out,
                 in_place: if in_place { &self.own } else { &[] },
+                stage_all,
             };
             self.f32s.reduce(comm, &mut host, op)?;
             self.f64s.reduce(comm, &mut host, op)?;
@@ -713,9 +849,10 @@ impl CandlePlan {
                     ),
                 });
             }
-            self.own.push(g.device().is_cpu() && g.is_contiguous());
+            self.own
+                .push(in_host(g, self.stage_all) && g.is_contiguous());
             self.sources
-                .push(Some(on_host(g).map_err(|err| candle(&e.key, err))?));
+                .push(Some(source(g).map_err(|err| candle(&e.key, err))?));
         }
         Ok(())
     }
@@ -921,5 +1058,103 @@ fn dtype_name(d: DType) -> &'static str {
         DType::I32 => "a candle Var of I32",
         DType::I64 => "a candle Var of I64",
         _ => "a candle Var of another dtype",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ranks::{PlanOptions, SingleProcess};
+    use candle_core::backprop::GradStore;
+
+    /// A store of `f32` and `f64` variables of several sizes.
+    fn model() -> CandleStore {
+        let store = CandleStore::new();
+        let shapes: [(&str, usize, DType); 5] = [
+            ("a", 3, DType::F32),
+            ("b", 17, DType::F64),
+            ("c", 40, DType::F32),
+            ("d", 5, DType::F32),
+            ("e", 33, DType::F64),
+        ];
+        for (name, n, dtype) in shapes {
+            store
+                .get(n, name, candle_nn::Init::Const(1.0), dtype, &Device::Cpu)
+                .expect("a variable");
+        }
+        store
+    }
+
+    /// The gradients of `Σ w · c` over `vars` (`c` of fractional
+    /// elements, so that a misplaced piece shows).
+    fn grads(vars: &[Var]) -> GradStore {
+        let mut loss: Option<Tensor> = None;
+        for (k, v) in vars.iter().enumerate() {
+            let c = Tensor::arange(0.0, v.elem_count() as f64, &Device::Cpu)
+                .and_then(|t| t.affine(0.37, 1.0 / (k as f64 + 3.0)))
+                .and_then(|t| t.to_dtype(v.dtype()))
+                .expect("a constant");
+            let term = v
+                .as_tensor()
+                .mul(&c)
+                .and_then(|t| t.sum_all())
+                .and_then(|t| t.to_dtype(DType::F64))
+                .expect("a term");
+            loss = Some(match loss {
+                None => term,
+                Some(l) => (l + term).expect("a sum"),
+            });
+        }
+        loss.expect("a loss").backward().expect("gradients")
+    }
+
+    /// Each variable's gradient in `grads`, as bits.
+    fn bits(grads: &GradStore, vars: &[Var]) -> Vec<Vec<u64>> {
+        vars.iter()
+            .map(|v| {
+                let g = grads.get(v.as_tensor()).expect("a gradient");
+                g.flatten_all()
+                    .and_then(|t| t.to_dtype(DType::F64))
+                    .and_then(|t| t.to_vec1::<f64>())
+                    .expect("values")
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_staged_path_of_device_tensors_gives_the_host_paths_bits() {
+        // Fused buckets that split variables, direct variables sent in
+        // chunks, and the defaults.
+        for opts in [
+            PlanOptions::new().bucket_bytes(12).direct_bytes(100),
+            PlanOptions::new().bucket_bytes(16).direct_bytes(usize::MAX),
+            PlanOptions::new(),
+        ] {
+            for op in [Reduce::Sum, Reduce::Mean] {
+                for in_place in [false, true] {
+                    let what = format!("{opts:?} {op:?} in place {in_place}");
+                    let store = model();
+                    let mut host = CandlePlan::new(&SingleProcess, &store, &opts).expect("a plan");
+                    let mut staged =
+                        CandlePlan::new(&SingleProcess, &store, &opts).expect("a plan");
+                    staged.stage_all = true;
+                    let vars = host.vars().to_vec();
+                    let (mut a, mut b) = (grads(&vars), grads(&vars));
+                    let want = bits(&a, &vars);
+                    assert_eq!(bits(&b, &vars), want, "{what}: the same gradients");
+                    host.reduce_gradients(&SingleProcess, &mut a, op, in_place)
+                        .expect("the host path");
+                    staged
+                        .reduce_gradients(&SingleProcess, &mut b, op, in_place)
+                        .expect("the staged path");
+                    // One rank: the sums (and means) are the gradients.
+                    assert_eq!(bits(&a, &vars), want, "{what}: host");
+                    assert_eq!(bits(&b, &vars), want, "{what}: staged");
+                }
+            }
+        }
     }
 }
