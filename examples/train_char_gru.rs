@@ -47,6 +47,13 @@
 //! held-out loss of every rank (computed by each on the same held-out text)
 //! and whether those are bit-identical. One process runs the same code in a
 //! world of one rank (`SingleProcess`), with or without the feature.
+//!
+//! `--accumulate N` splits each rank's share into N micro-batches, adds
+//! their gradients in order and divides by N before the ranks' mean: one
+//! process with `--accumulate 2` ends bit-identical to 2 ranks (the same
+//! `parameters: digest`), which CI checks; with `--device cuda`, the
+//! ranks' all-reduce reads the device gradients a bucket segment at a time
+//! (see `docs/ranks/candle.md`).
 
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -77,6 +84,9 @@ struct Args {
     device: String,
     /// Steps of the store-against-VarMap check before training (0: none).
     parity: usize,
+    /// Micro-batches per rank and step, their gradients averaged before
+    /// the ranks': one process with `--accumulate 2` steps as 2 ranks do.
+    accumulate: usize,
 }
 
 impl Args {
@@ -94,6 +104,7 @@ impl Args {
             resume: None,
             device: "cpu".to_owned(),
             parity: 0,
+            accumulate: 1,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -110,19 +121,20 @@ impl Args {
                 "--resume" => a.resume = Some(value()?),
                 "--device" => a.device = value()?,
                 "--parity" => a.parity = value()?.parse()?,
+                "--accumulate" => a.accumulate = value()?.parse()?,
                 "-h" | "--help" => {
                     println!(
                         "train_char_gru [--epochs N] [--steps N per epoch] [--batch N] [--seq N] \
                          [--hidden N] [--lr X] [--seed N] [--save PATH] [--resume PATH] \
-                         [--device cpu|cuda] [--parity STEPS]"
+                         [--device cpu|cuda] [--parity STEPS] [--accumulate MICRO-BATCHES]"
                     );
                     std::process::exit(0);
                 }
                 other => return Err(format!("unknown flag {other}; try --help").into()),
             }
         }
-        if a.batch == 0 || a.seq == 0 || a.hidden == 0 {
-            return Err("--batch, --seq and --hidden must be positive".into());
+        if a.batch == 0 || a.seq == 0 || a.hidden == 0 || a.accumulate == 0 {
+            return Err("--batch, --seq, --hidden and --accumulate must be positive".into());
         }
         Ok(a)
     }
@@ -436,6 +448,41 @@ fn eval_loss(model: &CharGru, ids: &[u32], a: &Args, dev: &Device) -> Res<f64> {
     Ok(f64::from(model.loss(&x, &y)?.to_scalar::<f32>()?))
 }
 
+/// `acc` with `g`'s gradient of each of `vars` added (in that order:
+/// the first micro-batch's, then the next's, as the ranks' sum at two
+/// ranks adds them).
+fn accumulate(
+    mut acc: candle_core::backprop::GradStore,
+    g: &candle_core::backprop::GradStore,
+    vars: &[candle_core::Var],
+) -> Res<candle_core::backprop::GradStore> {
+    for v in vars {
+        let sum = match (acc.get(v.as_tensor()), g.get(v.as_tensor())) {
+            (Some(a), Some(b)) => a.add(b)?,
+            (None, Some(b)) => b.clone(),
+            (_, None) => continue,
+        };
+        acc.insert(v.as_tensor(), sum);
+    }
+    Ok(acc)
+}
+
+/// Divides each of `vars`' gradients in `grads` by `n`.
+fn mean_of(
+    grads: &mut candle_core::backprop::GradStore,
+    vars: &[candle_core::Var],
+    n: usize,
+) -> Res<()> {
+    for v in vars {
+        if let Some(g) = grads.get(v.as_tensor()) {
+            let d = Tensor::new(n as f32, g.device())?.to_dtype(g.dtype())?;
+            let mean = g.broadcast_div(&d)?;
+            grads.insert(v.as_tensor(), mean);
+        }
+    }
+    Ok(())
+}
+
 fn main() -> Res<()> {
     let a = Args::parse()?;
     #[cfg(feature = "mpi")]
@@ -446,15 +493,22 @@ fn main() -> Res<()> {
     let world = scopetree::ranks::SingleProcess;
     let world: &dyn Collective = &world;
     let (rank, ranks) = (world.rank(), world.size());
-    if a.batch % ranks != 0 {
+    if a.batch % (ranks * a.accumulate) != 0 {
         return Err(format!(
-            "--batch {} does not split evenly over {ranks} ranks",
-            a.batch
+            "--batch {} does not split evenly over {ranks} rank(s) of {} micro-batch(es)",
+            a.batch, a.accumulate
         )
         .into());
     }
-    // This rank's share of every global batch.
-    let share = rank * a.batch / ranks..(rank + 1) * a.batch / ranks;
+    // This rank's share of every global batch, in micro-batches: the
+    // (rank × accumulate + m)-th slice is micro-batch m of this rank.
+    let slice = a.batch / (ranks * a.accumulate);
+    let micro: Vec<std::ops::Range<usize>> = (0..a.accumulate)
+        .map(|m| {
+            let k = rank * a.accumulate + m;
+            k * slice..(k + 1) * slice
+        })
+        .collect();
     // Rank 0 prints.
     macro_rules! say {
         ($($t:tt)*) => { if rank == 0 { println!($($t)*); } };
@@ -488,9 +542,10 @@ fn main() -> Res<()> {
     );
     say!("unigram entropy: {entropy:.4} nats/char (the loss of a context-free model)");
     say!(
-        "ranks: {ranks}; global batch {} windows, {} per rank",
+        "ranks: {ranks}; global batch {} windows, {} per rank in {} micro-batch(es)",
         a.batch,
-        a.batch / ranks
+        a.batch / ranks,
+        a.accumulate
     );
 
     let store = CandleStore::new();
@@ -554,6 +609,7 @@ fn main() -> Res<()> {
     say!("epoch  0: held-out loss {}", describe(&losses));
     let mut last = start;
     let mut consistent = true;
+    let vars = plan.vars().to_vec();
     for epoch in 1..=a.epochs {
         let t0 = Instant::now();
         let mut sum = 0.0;
@@ -563,12 +619,25 @@ fn main() -> Res<()> {
             let starts: Vec<usize> = (0..a.batch)
                 .map(|_| rng.below(train.len() - a.seq - 1))
                 .collect();
-            let (x, y) = batch(train, &starts[share.clone()], a.seq, &dev)?;
-            let loss = model.loss(&x, &y)?;
-            let mut grads = loss.backward()?;
+            let mut grads = None;
+            for range in &micro {
+                let (x, y) = batch(train, &starts[range.clone()], a.seq, &dev)?;
+                let loss = model.loss(&x, &y)?;
+                let g = loss.backward()?;
+                grads = Some(match grads {
+                    None => g,
+                    Some(acc) => accumulate(acc, &g, &vars)?,
+                });
+                sum += f64::from(loss.to_scalar::<f32>()?) / a.accumulate as f64;
+            }
+            let mut grads = grads.ok_or("no micro-batch")?;
+            if a.accumulate > 1 {
+                // The mean over the micro-batches, divided as the ranks'
+                // mean divides (element by element, in the gradients' type).
+                mean_of(&mut grads, &vars, a.accumulate)?;
+            }
             plan.all_reduce(world, &mut grads, Reduce::Mean)?;
             opt.step(&grads)?;
-            sum += f64::from(loss.to_scalar::<f32>()?);
         }
         // The training loss over the global batches: the mean of the ranks'.
         let mut total = [0.0];
