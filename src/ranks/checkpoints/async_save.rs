@@ -55,7 +55,7 @@ struct Pending {
 /// and `wait` (the background thread writes files only), as
 /// `Threading::Funneled` requires.
 ///
-/// With a [`CandlePlan`](crate::ranks::CandlePlan), a rank copies its
+/// With a `CandlePlan`, a rank copies its
 /// shard's variables off their device (in 8 MiB pieces, in the caller's
 /// time), and the background thread hashes each tensor and writes the
 /// shard, with the checksums `CandlePlan::save_shards` writes.
@@ -185,7 +185,7 @@ impl AsyncSaver {
 
     /// Starts a save of `plan`'s variables in `state` into `dir`, laid out
     /// as the plan's `save_shards` lays them out ([`SyncPlan::save_shards`](crate::ranks::SyncPlan::save_shards)
-    /// over a tree, [`CandlePlan::save_shards`](crate::ranks::CandlePlan::save_shards)
+    /// over a tree, `CandlePlan::save_shards`
     /// over a candle store, device variables included): finishes the save under way
     /// first (see [`wait`](Self::wait)), then, on every rank, checks the
     /// plan, names the save, copies this rank's shard into the staging

@@ -25,7 +25,7 @@ const STEP_PREFIX: &str = "step-";
 /// complete ones kept. As Orbax's `CheckpointManager` and DeepSpeed's
 /// `latest` tag, for a scopetree plan: any [`ShardedPlan`], a
 /// [`SyncPlan`](crate::ranks::SyncPlan) over a tree or a
-/// [`CandlePlan`](crate::ranks::CandlePlan) over a candle store (its
+/// `CandlePlan` over a candle store (its
 /// variables on any device).
 ///
 /// The pointer moves only once a step's index is on disk, by an atomic
@@ -186,7 +186,7 @@ impl CheckpointManager {
 
     /// Saves `step` with the plan's `save_shards`
     /// ([`SyncPlan::save_shards`](crate::ranks::SyncPlan::save_shards) of a
-    /// tree, [`CandlePlan::save_shards`](crate::ranks::CandlePlan::save_shards)
+    /// tree, `CandlePlan::save_shards`
     /// of a candle store) into its own
     /// sub-directory; when every rank's shard and the index are on disk,
     /// rank 0 points [`LATEST_FILE`] at it (an atomic rename) and removes
@@ -285,7 +285,7 @@ impl CheckpointManager {
 
     /// Loads the latest complete checkpoint with the plan's `load_shards`
     /// ([`SyncPlan::load_shards`](crate::ranks::SyncPlan::load_shards),
-    /// [`CandlePlan::load_shards`](crate::ranks::CandlePlan::load_shards))
+    /// `CandlePlan::load_shards`)
     /// (at any number of ranks) and returns its step; `None` on every rank
     /// when there is none yet. A collective call.
     ///

@@ -21,8 +21,8 @@ use crate::ranks::transport::collective::Collective;
 /// [`CheckpointManager`](crate::ranks::CheckpointManager) keeps and an
 /// [`AsyncSaver`](crate::ranks::AsyncSaver) writes beside training:
 /// [`SyncPlan`] over a [`ScopeTree`], and
-/// [`CandlePlan`](crate::ranks::CandlePlan) over a
-/// [`CandleStore`](crate::candle::CandleStore) (feature `candle`). Sealed:
+/// `CandlePlan` over a
+/// `CandleStore` (feature `candle`). Sealed:
 /// the crate implements it for its plans, and callers name it only in
 /// bounds.
 ///
