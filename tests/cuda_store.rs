@@ -566,7 +566,7 @@ fn mixed(dev: &Device) -> Result<CandleStore, String> {
         let n = v.elem_count();
         let t = Tensor::arange(0.0, n as f64, dev)
             .and_then(|t| t.affine(0.001, 0.5))
-            .and_then(|t| t.to_dtype(v.dtype()))
+            .and_then(|t| t.to_dtype(v.as_tensor().dtype()))
             .why(&name)?;
         v.set(&t).why("set")?;
     }
