@@ -53,17 +53,16 @@ impl Pinned {
     /// The driver's, when the memory cannot be page-locked.
     pub(crate) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, DriverError> {
         let len = len.max(1);
-        // SAFETY: `alloc_pinned_with_flags` is unsafe only because the
-        // memory it returns is not initialised. Nothing reads it before the
-        // `write_bytes` below has zeroed all `len` bytes: the slice is not
-        // exposed until this function returns, and no copy has been queued
-        // on it yet.
-        let mut host =
-            unsafe { ctx.alloc_pinned_with_flags::<u8>(len, sys::CU_MEMHOSTALLOC_PORTABLE)? };
+        let flags = sys::CU_MEMHOSTALLOC_PORTABLE;
+        // `alloc_pinned_with_flags` is unsafe only because the memory it
+        // returns is not initialised. The slice is not exposed until this
+        // function returns, and no copy has been queued on it yet.
+        // SAFETY: nothing reads the memory before `write_bytes` below zeroes all `len` bytes.
+        let mut host = unsafe { ctx.alloc_pinned_with_flags::<u8>(len, flags)? };
         let ptr = host.as_mut_ptr()?;
-        // SAFETY: `ptr` is the start of the `len` bytes `host` owns, valid
-        // for writes and not aliased (`host` is borrowed mutably and no
-        // copy uses it yet); `u8` has no invalid bit patterns.
+        // `ptr` is the start of the `len` bytes `host` owns; `host` is
+        // borrowed mutably and no copy uses it yet.
+        // SAFETY: valid for `len` writes, not aliased; `u8` has no invalid bit patterns.
         unsafe { std::ptr::write_bytes(ptr, 0, len) };
         let done = ctx.new_event(None)?;
         Ok(Self {
