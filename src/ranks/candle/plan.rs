@@ -120,15 +120,6 @@ pub(in crate::ranks) fn candle(key: &str, source: candle_core::Error) -> Error {
     })
 }
 
-/// `t` as a call reads it: contiguous, on its own device (itself, an
-/// `Arc` clone, when it is contiguous already, else a contiguous copy).
-/// A CPU tensor is then read in place; one on another device piece by
-/// piece through host staging ([`Staged`]), with no host copy of the
-/// whole.
-fn source(t: &Tensor) -> candle_core::Result<Tensor> {
-    t.contiguous()
-}
-
 /// The elements whose native bytes are `bytes` (whatever their
 /// alignment). O(bytes).
 fn native<F, const N: usize>(bytes: &[u8], from: fn([u8; N]) -> F) -> Vec<F> {
@@ -579,7 +570,11 @@ impl CandlePlan {
             self.sources.clear();
             for (v, e) in self.vars.iter().zip(self.manifest.entries()) {
                 let t = if me {
-                    Some(source(v.as_tensor()).map_err(|err| candle(&e.key, err))?)
+                    Some(
+                        v.as_tensor()
+                            .contiguous()
+                            .map_err(|err| candle(&e.key, err))?,
+                    )
                 } else {
                     None
                 };
@@ -851,8 +846,11 @@ impl CandlePlan {
             }
             self.own
                 .push(in_host(g, self.stage_all) && g.is_contiguous());
+            // Contiguous on its own device (an `Arc` clone when it is
+            // already): read in place on the CPU, else a bucket segment at
+            // a time through the host ([`Staged`]).
             self.sources
-                .push(Some(source(g).map_err(|err| candle(&e.key, err))?));
+                .push(Some(g.contiguous().map_err(|err| candle(&e.key, err))?));
         }
         Ok(())
     }
