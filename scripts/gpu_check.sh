@@ -7,13 +7,14 @@
 #     bash scripts/gpu_check.sh run [DIR]     # there, from the repository root: < 5 minutes
 #
 # `build` installs CUDA 13.0's compiler from PyPI's wheels
-# (scripts/cuda/toolkit.sh), builds the GPU test binary (tests/cuda_store.rs),
+# (scripts/cuda/toolkit.sh), builds the GPU test binaries (tests/cuda_store.rs,
+# tests/cuda_nccl.rs),
 # the load benchmark (benches/gpu/load_bench.rs) and the two training
-# examples with `--features cuda,candle-models` in release, strips them and
+# examples with `--features nccl,candle-models` (cuda with NCCL) in release, strips them and
 # compresses them with xz (Python's lzma) into DIR, with this script and
 # the commit. `run` unpacks them, finds the machine's CUDA libraries
-# (libcublas.so.13, libcurand.so.10, libcudart.so.13, libnvrtc.so.13 in
-# PyTorch's environment, libcuda.so.1 from the driver), and prints the
+# (libcublas.so.13, libcurand.so.10, libcudart.so.13, libnvrtc.so.13 and
+# libnccl.so.2 in PyTorch's environment, libcuda.so.1 from the driver), and prints the
 # device, the date and the commit, one `PASS name` or `FAIL name: why` line
 # per check, and `FIGURE` lines: the load against candle and the machine's
 # limit (warm and cold), host and device memory, tokens per second on the
@@ -23,21 +24,23 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-}"
 bundle="${2:-gpu-bin}"
-bins=(cuda_store gpu_load_bench train_llama2_c train_char_gru)
+bins=(cuda_store cuda_nccl gpu_load_bench train_llama2_c train_char_gru)
 
 build() {
     set -e
     # shellcheck source=scripts/cuda/toolkit.sh
     source scripts/cuda/toolkit.sh
     local target="${CARGO_TARGET_DIR:-target}"
-    cargo build --release --features cuda,candle-models \
+    cargo build --release --features nccl,candle-models \
         --example gpu_load_bench --example train_llama2_c --example train_char_gru
     local test_bin
-    test_bin=$(cargo test --release --features cuda,candle-models --test cuda_store --no-run 2>&1 \
-        | sed -n 's/.*Executable .*(\(.*\))$/\1/p')
-    test -x "$test_bin"
     rm -rf "$bundle" && mkdir -p "$bundle"
-    cp "$test_bin" "$bundle/cuda_store"
+    for t in cuda_store cuda_nccl; do
+        test_bin=$(cargo test --release --features nccl,candle-models --test "$t" --no-run 2>&1 \
+            | sed -n 's/.*Executable .*(\(.*\))$/\1/p')
+        test -x "$test_bin"
+        cp "$test_bin" "$bundle/$t"
+    done
     for e in gpu_load_bench train_llama2_c train_char_gru; do
         cp "$target/release/examples/$e" "$bundle/$e"
     done
@@ -70,18 +73,22 @@ with lzma.open(sys.argv[1], "rb") as f, open(sys.argv[2], "wb") as g:
     shutil.copyfileobj(f, g)' "$bundle/$b.xz" "$work/$b" && chmod +x "$work/$b"
     done
     # The CUDA libraries candle links (PyTorch's wheels), and the driver's.
-    local cudalib drvlib
+    local cudalib drvlib nccllib
     cudalib=$(dirname "$(find /opt /usr/local /usr/lib -name 'libcublas.so.13' 2>/dev/null | head -n 1)")
     drvlib=$(dirname "$(find /usr/local/nvidia /usr/lib /usr/lib64 -name 'libcuda.so.1' 2>/dev/null | head -n 1)")
-    export LD_LIBRARY_PATH="$cudalib:$drvlib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    nccllib=$(dirname "$(find /opt /usr/local /usr/lib -name 'libnccl.so.2' 2>/dev/null | head -n 1)")
+    export LD_LIBRARY_PATH="$cudalib:$drvlib:$nccllib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     echo "== scopetree GPU checks"
     echo "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)"
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "commit: $(cat "$bundle/COMMIT")"
-    echo "cpus: $(nproc); libraries: $cudalib, $drvlib"
+    echo "cpus: $(nproc); libraries: $cudalib, $drvlib, $nccllib"
 
     echo "== 1. the store on the device (tests/cuda_store.rs)"
     "$work/cuda_store" || fails=$((fails + 1))
+
+    echo "== 1b. NCCL at a world of one (tests/cuda_nccl.rs)"
+    "$work/cuda_nccl" || fails=$((fails + 1))
 
     echo "== 2. loading 1.07 GiB of bf16 onto the GPU (benches/gpu/load_bench.rs)"
     if "$work/gpu_load_bench" "$work/ckpt" --gib 1.07 --rounds 5 --cold-rounds 3; then

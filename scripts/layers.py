@@ -18,7 +18,7 @@ It fails on:
   arena < tree and its helpers < sharing < checkpoint < candle < burn < ranks);
 - an upward import between the rooms of a layer that has them (ROOMS: the
   ranks layer's sub-folders, error < transport < vars < layout < plan <
-  checkpoints < candle); an order also rules out a circle between rooms;
+  checkpoints < candle < nccl); an order also rules out a circle between rooms;
 - a file in no layer: a new top-level module must be added to LAYERS; a
   file in no room of a layer that has rooms (src/ranks/new.rs, or a new
   sub-folder) must be added to that layer's ROOMS.
@@ -58,6 +58,7 @@ ROOMS = {
         ("plan", ["plan"]),
         ("checkpoints", ["checkpoints"]),
         ("candle", ["candle"]),
+        ("nccl", ["nccl"]),
     ],
 }
 ROOM = {(top, sub): i for top, rooms in ROOMS.items() for i, (_, subs) in enumerate(rooms) for sub in subs}

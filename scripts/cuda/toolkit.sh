@@ -24,6 +24,16 @@ if [ ! -x "$C/bin/nvcc" ] || [ ! -f "$C/lib/libcublas.so.13" ]; then
         nvidia-cuda-cccl==13.0.85 nvidia-cuda-runtime==13.0.96 nvidia-cuda-nvrtc==13.0.88 \
         nvidia-curand==10.4.0.35 nvidia-cublas==13.0.0.19 || return 1
 fi
+# NCCL for the `nccl` feature (cudarc links libnccl): 2.28.9, the release in
+# the GPU machines' PyTorch environment.
+# A target of its own: pip skips a package folder (nvidia/) that exists.
+_st_n="$_st_dir/nccl/nvidia/nccl/lib/libnccl.so.2"
+if [ ! -f "$_st_n" ]; then
+    echo "== installing NCCL 2.28.9 (nvidia-nccl-cu13 wheel) into $_st_dir/nccl (pip)" >&2
+    python3 -m pip install --quiet --no-deps --target "$_st_dir/nccl" nvidia-nccl-cu13==2.28.9 || return 1
+fi
+ln -sf "$_st_n" "$C/lib/libnccl.so" || return 1
+ln -sf "$_st_n" "$C/lib/libnccl.so.2" || return 1
 for _st_l in cublas cublasLt cudart nvrtc curand; do
     _st_f=$(cd "$C/lib" && ls "lib$_st_l.so."* | grep -v alt | head -n 1) || return 1
     ln -sf "$_st_f" "$C/lib/lib$_st_l.so" || return 1
@@ -39,4 +49,4 @@ export PATH="$C/bin:$PATH" CUDA_COMPUTE_CAP="${CUDA_COMPUTE_CAP:-90}"
 export CUDAFORGE_THREADS="${CUDAFORGE_THREADS:-$(nproc)}"
 export LIBRARY_PATH="$C/lib:$C/lib/stubs${LIBRARY_PATH:+:$LIBRARY_PATH}"
 export LD_LIBRARY_PATH="$C/lib:$C/lib/stubs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-unset _st_dir _st_here _st_l _st_f C
+unset _st_dir _st_here _st_l _st_f _st_n C

@@ -169,6 +169,19 @@ pub enum Error {
         reason: String,
     },
 
+    /// NCCL or the CUDA driver failed a call on this rank, or a tensor is
+    /// not on the communicator's device (feature `nccl`). Nothing this
+    /// rank holds changed.
+    #[cfg(feature = "nccl")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nccl")))]
+    #[error("{op}: {reason}")]
+    Nccl {
+        /// The call.
+        op: &'static str,
+        /// What failed, and what to do.
+        reason: String,
+    },
+
     /// A bad option (a bucket of zero bytes, a timeout of zero).
     #[error("bad option: {reason}")]
     BadOption {

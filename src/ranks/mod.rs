@@ -51,7 +51,8 @@
 //! | `layout/` | `partition.rs`, `sliced.rs`, `slices.rs` | how variables and optimizer state are cut across ranks: [`Partition`] (ZeRO stage 1), [`SlicedState`], and moving sliced state between whole tensors and the ranks' pieces |
 //! | `plan/` | `options.rs`, `agree.rs`, `buckets.rs`, `bucketed.rs`, `consistency.rs`, `scatter.rs`, `sync_plan.rs`, `zero.rs` | [`SyncPlan`] and its collectives: [`PlanOptions`], [`Reduce`], agreement on failures and arguments, the bucketed all-reduce and broadcast, the consistency check, ZeRO's reduce-scatter and all-gather |
 //! | `checkpoints/` | `checkpoint.rs`, `state_shards.rs`, `shards.rs`, `manager.rs`, `async_save.rs` | [`SyncPlan`]'s checkpoints across ranks: on one rank (`save_on_root`, `load_on_all`), by every rank (`save_shards`, `load_shards`, the sliced state's shards), [`CheckpointManager`], [`AsyncSaver`] |
-//! | `candle/` | `plan.rs`, `in_place.rs`, `shards.rs` | `CandlePlan` (feature `candle`), with `all_reduce_in_place` and its sharded checkpoints |
+//! | `candle/` | `plan.rs`, `in_place.rs`, `shards.rs`, `staging.rs` | `CandlePlan` (feature `candle`), with `all_reduce_in_place` and its sharded checkpoints |
+//! | `nccl/` | `comm.rs`, `plan.rs` | `Nccl` (feature `nccl`): NCCL's collectives over CUDA tensors, started over any [`Collective`], and `CandlePlan`'s all-reduce and broadcast over it |
 //!
 //! Synchronised values are `Vec`, `Box<[_]>` and
 //! [`checkpoint::Tensor`](crate::checkpoint::Tensor) of `f32`, `f64` and the
@@ -88,6 +89,8 @@ mod candle;
 mod checkpoints;
 mod error;
 mod layout;
+#[cfg(feature = "nccl")]
+mod nccl;
 mod plan;
 mod transport;
 mod vars;
@@ -101,6 +104,8 @@ pub use checkpoints::shards::{ShardedLoad, ShardedSave};
 pub use error::Error;
 pub use layout::partition::{Partition, Piece};
 pub use layout::sliced::SlicedState;
+#[cfg(feature = "nccl")]
+pub use nccl::comm::Nccl;
 pub use plan::options::{
     DEFAULT_BUCKET_BUFFERS, DEFAULT_BUCKET_BYTES, DEFAULT_DIRECT_BYTES, PlanOptions, Reduce,
 };

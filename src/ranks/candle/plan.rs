@@ -71,13 +71,13 @@ const CANDLE_FLOATS: &str = "the ranks layer synchronises candle variables of F3
 /// ```
 #[cfg_attr(docsrs, doc(cfg(feature = "candle")))]
 pub struct CandlePlan {
-    manifest: Manifest,
+    pub(in crate::ranks) manifest: Manifest,
     /// The variables, in manifest order.
-    vars: Vec<Var>,
+    pub(in crate::ranks) vars: Vec<Var>,
     /// Each variable's size in bytes.
     nbytes: Vec<usize>,
-    f32s: Lane<f32>,
-    f64s: Lane<f64>,
+    pub(in crate::ranks) f32s: Lane<f32>,
+    pub(in crate::ranks) f64s: Lane<f64>,
     pub(in crate::ranks) byte_cap: usize,
     /// Per-variable digests of the last consistency check.
     digests: Vec<VarHash>,
@@ -85,7 +85,7 @@ pub struct CandlePlan {
     pub(in crate::ranks) gathered: Vec<Digest>,
     /// The tensors one call reads, one per variable (`None`: zeros);
     /// emptied after each call, its capacity kept.
-    sources: Vec<Option<Tensor>>,
+    pub(in crate::ranks) sources: Vec<Option<Tensor>>,
     /// Per variable, whether this call's source is the gradient itself
     /// (a contiguous CPU tensor): the ones [`all_reduce_in_place`]
     /// (Self::all_reduce_in_place) may write into.
@@ -93,8 +93,8 @@ pub struct CandlePlan {
     /// Scratch for the in-place call's check that no two storages alias.
     starts: Vec<usize>,
     /// How many ranks hold a gradient of each variable: sent, and summed.
-    present: Vec<f64>,
-    present_sum: Vec<f64>,
+    pub(in crate::ranks) present: Vec<f64>,
+    pub(in crate::ranks) present_sum: Vec<f64>,
     /// What the watchdog names, and the calls' timeout.
     watched: Arc<str>,
     timeout: Option<Duration>,
@@ -815,7 +815,7 @@ impl CandlePlan {
     /// Fills `sources` with each variable's gradient on the host (or
     /// `None`) and `present` with 1 where there is one, checking that each
     /// gradient has its variable's dtype and shape.
-    fn gradients(&mut self, grads: &GradStore) -> Result<(), Error> {
+    pub(in crate::ranks) fn gradients(&mut self, grads: &GradStore) -> Result<(), Error> {
         self.sources.clear();
         self.own.clear();
         for ((v, e), p) in self

@@ -93,6 +93,14 @@ impl<F: Float> Lane<F> {
         self.is_direct.get(var).copied().unwrap_or(false)
     }
 
+    /// The fused variables' buckets, and the variables sent from their own
+    /// buffers (plan indices, in order), for a transport that keeps its
+    /// buffers on the device (NCCL). O(1).
+    #[cfg(feature = "nccl")]
+    pub(in crate::ranks) fn layout(&self) -> (&Buckets, impl Iterator<Item = usize> + '_) {
+        (&self.buckets, self.direct.iter().map(|d| d.var))
+    }
+
     /// How many all-reduce calls one reduction makes. O(direct variables).
     pub(in crate::ranks) fn calls(&self) -> usize {
         let direct: usize = self.direct.iter().map(|d| d.len.div_ceil(self.cap)).sum();

@@ -1,0 +1,300 @@
+//! [`CandlePlan`]'s calls over [`Nccl`]: the bucketed all-reduce of CUDA
+//! gradients and the broadcast of the values, with the plan's agreement
+//! over the bootstrap [`Collective`] and the buckets of its MPI path.
+
+use candle_core::Tensor;
+use candle_core::backprop::GradStore;
+
+use super::comm::Nccl;
+use crate::ranks::candle::plan::{CandlePlan, candle};
+use crate::ranks::error::Error;
+use crate::ranks::plan::agree::{Same, settle, show_count};
+use crate::ranks::plan::buckets::Buckets;
+use crate::ranks::plan::options::Reduce;
+use crate::ranks::transport::collective::{Collective, check_root};
+
+impl CandlePlan {
+    /// As [`all_reduce`](Self::all_reduce), over NCCL on the GPU: the
+    /// gradients (CUDA tensors on `nccl`'s device) never leave the device.
+    /// Each bucket of the plan (the same buckets as the MPI path, `f32`
+    /// then `f64`) is copied into a device buffer of its own and summed in
+    /// place by NCCL; a gradient of at least
+    /// [`PlanOptions::direct_bytes`](crate::ranks::PlanOptions::direct_bytes)
+    /// is copied and summed on its own. Every bucket's call is queued on
+    /// the device's stream before the call waits once, so that NCCL's
+    /// transfers and the copies overlap on the GPU. A mean divides each sum
+    /// by the ranks on the device. The reduced gradients replace the ones
+    /// in `grads` (those of fused variables are views of their bucket).
+    ///
+    /// The plan's agreement (the ranks' `op`s, which gradients exist, every
+    /// rank's own checks) runs first over `comm`, the bootstrap
+    /// [`Collective`] of `nccl`, so that a failure on one rank is an error
+    /// on every rank, not a hang. At one rank the sums are the gradients,
+    /// bit for bit; at more, NCCL's order of summation may differ from
+    /// MPI's in the last bits. Device memory: one copy of the gradients
+    /// (the buckets and direct buffers) while the call runs.
+    /// O(bytes) on the device, plus NCCL's transfer; O(variables) on the
+    /// host.
+    ///
+    /// # Errors
+    /// On every rank: [`Error::ArgumentsDiffer`] when the ranks pass
+    /// different `op`s. On a rank whose gradient (or variable) is not on
+    /// `nccl`'s device, or whose `comm` and `nccl` differ in rank or size,
+    /// [`Error::Nccl`]; whose gradient has another dtype or shape than its
+    /// variable, [`Error::Changed`]; on the others [`Error::PeerFailed`].
+    /// `grads` is unchanged then. Should candle or NCCL fail after the
+    /// agreement ([`Error::Candle`], [`Error::Nccl`]), `grads` is unchanged
+    /// on that rank, and the others wait in NCCL until the watchdog ends
+    /// the job.
+    ///
+    /// ```no_run
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, Nccl, PlanOptions, Reduce, SingleProcess}};
+    /// let device = Device::new_cuda(0)?;
+    /// let world = SingleProcess; // `universe.world()` under MPI
+    /// let nccl = Nccl::new(&world, &device)?;
+    /// let store = CandleStore::new();
+    /// let w = store.get(3, "w", candle_nn::Init::Const(2.0), DType::F32, &device)?;
+    /// let mut plan = CandlePlan::new(&world, &store, &PlanOptions::new())?;
+    /// let mut grads = w.sqr()?.sum_all()?.backward()?;
+    /// plan.all_reduce_nccl(&world, &nccl, &mut grads, Reduce::Mean)?;
+    /// assert_eq!(grads.get(&w).expect("a gradient").to_vec1::<f32>()?, [4.0; 3]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn all_reduce_nccl<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        nccl: &Nccl,
+        grads: &mut GradStore,
+        op: Reduce,
+    ) -> Result<(), Error> {
+        const OP: &str = "all-reduce over NCCL";
+        let agreed = {
+            let _watch = self.watch(comm, OP);
+            let local = same_world(comm, nccl, OP)
+                .and_then(|()| self.gradients(grads))
+                .and_then(|()| self.on_device(nccl, OP));
+            settle(comm, &mut self.gathered, OP, local, Some(op.same()))
+                .and_then(|()| comm.all_reduce_sum_f64(&self.present, &mut self.present_sum))
+        };
+        let done = agreed.and_then(|()| {
+            let ranks = nccl.size();
+            // A mean divides each sum by the ranks, queued after its NCCL
+            // call on the same stream.
+            let mean = |t: Tensor, i: usize| -> Result<Tensor, Error> {
+                if op == Reduce::Sum {
+                    return Ok(t);
+                }
+                Tensor::new(ranks as f64, nccl.device())
+                    .and_then(|n| n.to_dtype(t.dtype()))
+                    .and_then(|n| t.broadcast_div(&n))
+                    .map_err(|e| candle(&self.manifest.entries()[i].key, e))
+            };
+            let (f32s, f32_direct) = self.f32s.layout();
+            let (f64s, f64_direct) = self.f64s.layout();
+            let mut reduced = Vec::new();
+            for i in f32_direct.chain(f64_direct) {
+                if self.present_sum[i] > 0.0 {
+                    let v = &self.vars[i];
+                    let t = self.source_or_zeros(nccl, i, 0, v.elem_count())?;
+                    let t = nccl.fresh(&t, OP)?;
+                    nccl.queue_all_reduce(&t)?;
+                    let t = mean(t, i)?.reshape(v.dims());
+                    reduced.push((
+                        i,
+                        t.map_err(|e| candle(&self.manifest.entries()[i].key, e))?,
+                    ));
+                }
+            }
+            // Each fused variable's gradient: its segments' views of the
+            // buckets' sums, in order.
+            let mut pieces: Vec<Vec<Tensor>> = vec![Vec::new(); self.vars.len()];
+            for b in [f32s, f64s] {
+                for (k, (range, _)) in b.buckets.iter().enumerate() {
+                    let segments = &b.segments[range.clone()];
+                    let bucket = self.queue_bucket(nccl, b, k)?;
+                    let bucket = mean(bucket, segments[0].var)?;
+                    for s in segments {
+                        if self.present_sum[s.var] > 0.0 {
+                            let view = bucket.narrow(0, s.at, s.len);
+                            let key = &self.manifest.entries()[s.var].key;
+                            pieces[s.var].push(view.map_err(|e| candle(key, e))?);
+                        }
+                    }
+                }
+            }
+            for (i, p) in pieces.into_iter().enumerate() {
+                let t = match p.len() {
+                    0 => continue,
+                    1 => Ok(p.into_iter().next().expect("one piece")),
+                    _ => Tensor::cat(&p, 0),
+                };
+                let t = t.and_then(|t| t.reshape(self.vars[i].dims()));
+                reduced.push((
+                    i,
+                    t.map_err(|e| candle(&self.manifest.entries()[i].key, e))?,
+                ));
+            }
+            nccl.wait("NCCL all-reduce")?;
+            for (i, t) in reduced {
+                grads.insert(self.vars[i].as_tensor(), t);
+            }
+            Ok(())
+        });
+        self.sources.clear();
+        done
+    }
+
+    /// Queues the NCCL sum of bucket `k` of `b` in a device buffer of its
+    /// own (its variables' segments, zeros for gradients this rank lacks),
+    /// and returns the buffer.
+    fn queue_bucket(&self, nccl: &Nccl, b: &Buckets, k: usize) -> Result<Tensor, Error> {
+        let segments = &b.segments[b.buckets[k].0.clone()];
+        let mut parts = Vec::with_capacity(segments.len());
+        for s in segments {
+            parts.push(self.source_or_zeros(nccl, s.var, s.start, s.len)?);
+        }
+        let first = &self.manifest.entries()[segments[0].var].key;
+        // `cat` copies several parts into a new buffer; one part is a view
+        // of the gradient's own storage, copied.
+        let bucket = if parts.len() == 1 {
+            nccl.fresh(&parts[0], "NCCL all-reduce")?
+        } else {
+            let bucket = Tensor::cat(&parts, 0).map_err(|e| candle(first, e))?;
+            bucket.detach()
+        };
+        nccl.queue_all_reduce(&bucket)?;
+        Ok(bucket)
+    }
+
+    /// Elements `start..start + len` of variable `i`'s gradient (flat), or
+    /// zeros where this rank has none.
+    fn source_or_zeros(
+        &self,
+        nccl: &Nccl,
+        i: usize,
+        start: usize,
+        len: usize,
+    ) -> Result<Tensor, Error> {
+        let key = &self.manifest.entries()[i].key;
+        match &self.sources[i] {
+            Some(g) => g.flatten_all().and_then(|g| g.narrow(0, start, len)),
+            None => Tensor::zeros(len, self.vars[i].dtype(), nccl.device()),
+        }
+        .map_err(|e| candle(key, e))
+    }
+
+    /// Checks that every variable and gradient is on `nccl`'s device.
+    fn on_device(&self, nccl: &Nccl, op: &'static str) -> Result<(), Error> {
+        let tensors = self.vars.iter().map(|v| v.as_tensor()).zip(&self.sources);
+        for ((v, g), e) in tensors.zip(self.manifest.entries()) {
+            for (what, t) in [("variable", Some(v)), ("gradient", g.as_ref())] {
+                let Some(t) = t else { continue };
+                if !t.device().same_device(nccl.device()) {
+                    return Err(Error::Nccl {
+                        op,
+                        reason: format!(
+                            "the {what} `{}` is on {:?}, NCCL's communicator on {:?}; build the \
+                             model on the communicator's device",
+                            crate::short::path(&e.key),
+                            t.device().location(),
+                            nccl.device().location()
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// As [`broadcast`](Self::broadcast), over NCCL: every variable's value
+    /// on rank `root` is copied to every rank on the device, one NCCL
+    /// broadcast per variable, all queued before one wait; then each rank
+    /// but the root sets its `Var`s. The ranks agree on the root over
+    /// `comm` first. Device memory: one copy of the values while the call
+    /// runs. O(bytes) on the device, plus NCCL's transfer.
+    ///
+    /// # Errors
+    /// On every rank: [`Error::ArgumentsDiffer`] when the ranks pass
+    /// different roots. On a rank that passes a root outside the world,
+    /// [`Error::BadRank`]; whose variables are not on `nccl`'s device, or
+    /// whose `comm` and `nccl` differ, [`Error::Nccl`]; on the others
+    /// [`Error::PeerFailed`]. Nothing changes then. A candle or NCCL
+    /// failure after the agreement changes nothing on that rank.
+    ///
+    /// ```no_run
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, Nccl, PlanOptions, SingleProcess}};
+    /// let device = Device::new_cuda(0)?;
+    /// let nccl = Nccl::new(&SingleProcess, &device)?;
+    /// let store = CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &device))?;
+    /// let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    /// plan.broadcast_nccl(&SingleProcess, &nccl, 0)?;
+    /// assert!(plan.broadcast_nccl(&SingleProcess, &nccl, 1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn broadcast_nccl<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        nccl: &Nccl,
+        root: usize,
+    ) -> Result<(), Error> {
+        const OP: &str = "broadcast over NCCL";
+        self.sources.clear();
+        self.sources.resize(self.vars.len(), None);
+        let agreed = {
+            let _watch = self.watch(comm, OP);
+            let local = same_world(comm, nccl, OP)
+                .and_then(|()| check_root(root, comm.size()))
+                .and_then(|()| self.on_device(nccl, OP));
+            let same: Same = ("roots", root as u64, show_count);
+            settle(comm, &mut self.gathered, OP, local, Some(same))
+        };
+        self.sources.clear();
+        agreed?;
+        let mut out = Vec::with_capacity(self.vars.len());
+        for (v, e) in self.vars.iter().zip(self.manifest.entries()) {
+            let t = nccl.fresh(v.as_tensor(), OP)?;
+            nccl.queue_broadcast(root, &t).map_err(|err| match err {
+                Error::Nccl { reason, .. } => Error::Nccl {
+                    op: OP,
+                    reason: format!("`{}`: {reason}", e.key),
+                },
+                other => other,
+            })?;
+            out.push(t);
+        }
+        nccl.wait("NCCL broadcast")?;
+        if comm.rank() != root {
+            for ((v, t), e) in self.vars.iter().zip(&out).zip(self.manifest.entries()) {
+                v.set(t).map_err(|err| candle(&e.key, err))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `comm` and `nccl` are the same world seen from the same
+/// rank.
+fn same_world<C: Collective + ?Sized>(
+    comm: &C,
+    nccl: &Nccl,
+    op: &'static str,
+) -> Result<(), Error> {
+    if (comm.rank(), comm.size()) == (nccl.rank(), nccl.size()) {
+        Ok(())
+    } else {
+        Err(Error::Nccl {
+            op,
+            reason: format!(
+                "the collective is rank {} of {}, NCCL's communicator rank {} of {}; pass the \
+                 collective NCCL was started with",
+                comm.rank(),
+                comm.size(),
+                nccl.rank(),
+                nccl.size()
+            ),
+        })
+    }
+}
