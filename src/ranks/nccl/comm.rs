@@ -309,8 +309,13 @@ impl Nccl {
         let watched: Arc<str> = "NCCL's communicator".into();
         let comm = {
             let _watch = Watch::arm(rank, "NCCL init", &watched, Some(DEFAULT_TIMEOUT));
-            Comm::from_rank(Arc::clone(&stream), rank, size, Id::uninit(internal))
-                .map_err(|e| failed("NCCL init (ncclCommInitRank)", e))
+            // NCCL starts on the thread's current device: the stream's.
+            (stream.context().bind_to_thread())
+                .map_err(|e| failed("NCCL init (binding the device)", e))
+                .and_then(|()| {
+                    Comm::from_rank(Arc::clone(&stream), rank, size, Id::uninit(internal))
+                        .map_err(|e| failed("NCCL init (ncclCommInitRank)", e))
+                })
         };
         let comm = settle(bootstrap, &mut gathered, "NCCL init", comm, None)?;
         Ok(Self {
@@ -561,6 +566,7 @@ impl Nccl {
     }
 
     fn queue(&self, call: Call<'_>, out: &Tensor) -> Result<(), Error> {
+        (self.stream.context().bind_to_thread()).map_err(|e| failed(call.name(), e))?;
         let comm = self.comm.borrow();
         let comm = comm
             .as_ref()
