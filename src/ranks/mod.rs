@@ -31,6 +31,10 @@
 //!   rank holds the reduced values of its slice, and
 //!   [`all_gather`](SyncPlan::all_gather)s the parameters once each rank
 //!   stepped its slice.
+//! - `Nccl` (feature `nccl`): NCCL's collectives over CUDA tensors, started
+//!   through any [`Collective`] (rank 0's id broadcast over MPI), for
+//!   `CandlePlan::all_reduce_nccl` and `broadcast_nccl`; its calls have a
+//!   watchdog of their own that aborts the communicator.
 //! - [`Watch`]: the watchdog. Every collective call of a plan is watched
 //!   with the plan's [timeout](PlanOptions::timeout) (10 minutes by
 //!   default, as NCCL's watchdog): a rank still waiting when it has passed
