@@ -541,7 +541,7 @@ impl Nccl {
 
     /// A contiguous copy of `t` in a storage of its own (of `t`'s
     /// elements only), detached from candle's graph, for an in-place call.
-    pub(in crate::ranks) fn fresh(&self, t: &Tensor, op: &'static str) -> Result<Tensor, Error> {
+    fn fresh(&self, t: &Tensor, op: &'static str) -> Result<Tensor, Error> {
         self.on_device(t, op)?;
         t.force_contiguous()
             .map(|c| c.detach())
@@ -551,18 +551,6 @@ impl Nccl {
     /// `n` zeros of `dtype` on this device.
     fn zeros(&self, n: usize, dtype: DType, op: &'static str) -> Result<Tensor, Error> {
         Tensor::zeros(n, dtype, &self.device).map_err(|e| failed(op, e))
-    }
-
-    /// Queues an in-place sum all-reduce of `out` (a tensor with a storage
-    /// of its own, on this device) without waiting. O(1) on the host.
-    pub(in crate::ranks) fn queue_all_reduce(&self, out: &Tensor) -> Result<(), Error> {
-        self.queue(Call::AllReduceSum, out)
-    }
-
-    /// Queues an in-place broadcast of `out` from `root` without waiting.
-    pub(in crate::ranks) fn queue_broadcast(&self, root: usize, out: &Tensor) -> Result<(), Error> {
-        check_root(root, self.size)?;
-        self.queue(Call::Broadcast(root), out)
     }
 
     fn queue(&self, call: Call<'_>, out: &Tensor) -> Result<(), Error> {
@@ -578,7 +566,7 @@ impl Nccl {
     /// Waits for the work queued on the stream; a wait past the timeout
     /// aborts the communicator and exits the process (see [`Nccl`]).
     /// O(time waited).
-    pub(in crate::ranks) fn wait(&self, op: &'static str) -> Result<(), Error> {
+    fn wait(&self, op: &'static str) -> Result<(), Error> {
         let event = self.stream.record_event(None).map_err(|e| failed(op, e))?;
         match poll(|| event.try_is_complete(), self.timeout).map_err(|e| failed(op, e))? {
             Waited::Done => Ok(()),
@@ -591,6 +579,57 @@ impl Nccl {
                 std::process::exit(STALL_EXIT_CODE);
             }
         }
+    }
+}
+
+/// What `CandlePlan`'s calls over NCCL need of a device communicator:
+/// [`Nccl`], or a stand-in on the CPU in the unit tests, so that the plan's
+/// buckets, views and means are tested without a GPU.
+pub(in crate::ranks) trait DeviceCollective {
+    /// This process's rank.
+    fn rank(&self) -> usize;
+    /// The number of ranks.
+    fn size(&self) -> usize;
+    /// The device the calls work on.
+    fn device(&self) -> &Device;
+    /// A contiguous copy of `t` in a storage of its own.
+    fn fresh(&self, t: &Tensor, op: &'static str) -> Result<Tensor, Error>;
+    /// Queues an in-place sum of `out` over the ranks.
+    fn queue_all_reduce(&self, out: &Tensor) -> Result<(), Error>;
+    /// Queues an in-place broadcast of `out` from `root`.
+    fn queue_broadcast(&self, root: usize, out: &Tensor) -> Result<(), Error>;
+    /// Waits for the queued calls.
+    fn wait(&self, op: &'static str) -> Result<(), Error>;
+}
+
+impl DeviceCollective for Nccl {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn fresh(&self, t: &Tensor, op: &'static str) -> Result<Tensor, Error> {
+        Nccl::fresh(self, t, op)
+    }
+
+    fn queue_all_reduce(&self, out: &Tensor) -> Result<(), Error> {
+        self.queue(Call::AllReduceSum, out)
+    }
+
+    fn queue_broadcast(&self, root: usize, out: &Tensor) -> Result<(), Error> {
+        check_root(root, self.size)?;
+        self.queue(Call::Broadcast(root), out)
+    }
+
+    fn wait(&self, op: &'static str) -> Result<(), Error> {
+        Nccl::wait(self, op)
     }
 }
 

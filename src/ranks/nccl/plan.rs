@@ -5,7 +5,7 @@
 use candle_core::Tensor;
 use candle_core::backprop::GradStore;
 
-use super::comm::Nccl;
+use super::comm::{DeviceCollective, Nccl};
 use crate::ranks::candle::plan::{CandlePlan, candle};
 use crate::ranks::error::Error;
 use crate::ranks::plan::agree::{Same, settle, show_count};
@@ -65,6 +65,18 @@ impl CandlePlan {
         &mut self,
         comm: &C,
         nccl: &Nccl,
+        grads: &mut GradStore,
+        op: Reduce,
+    ) -> Result<(), Error> {
+        self.all_reduce_device(comm, nccl, grads, op)
+    }
+
+    /// [`all_reduce_nccl`](Self::all_reduce_nccl) over any
+    /// [`DeviceCollective`] (NCCL's, or the unit tests' stand-in).
+    fn all_reduce_device<C: Collective + ?Sized, D: DeviceCollective + ?Sized>(
+        &mut self,
+        comm: &C,
+        nccl: &D,
         grads: &mut GradStore,
         op: Reduce,
     ) -> Result<(), Error> {
@@ -148,7 +160,12 @@ impl CandlePlan {
     /// Queues the NCCL sum of bucket `k` of `b` in a device buffer of its
     /// own (its variables' segments, zeros for gradients this rank lacks),
     /// and returns the buffer.
-    fn queue_bucket(&self, nccl: &Nccl, b: &Buckets, k: usize) -> Result<Tensor, Error> {
+    fn queue_bucket<D: DeviceCollective + ?Sized>(
+        &self,
+        nccl: &D,
+        b: &Buckets,
+        k: usize,
+    ) -> Result<Tensor, Error> {
         let segments = &b.segments[b.buckets[k].0.clone()];
         let mut parts = Vec::with_capacity(segments.len());
         for s in segments {
@@ -169,9 +186,9 @@ impl CandlePlan {
 
     /// Elements `start..start + len` of variable `i`'s gradient (flat), or
     /// zeros where this rank has none.
-    fn source_or_zeros(
+    fn source_or_zeros<D: DeviceCollective + ?Sized>(
         &self,
-        nccl: &Nccl,
+        nccl: &D,
         i: usize,
         start: usize,
         len: usize,
@@ -185,7 +202,11 @@ impl CandlePlan {
     }
 
     /// Checks that every variable and gradient is on `nccl`'s device.
-    fn on_device(&self, nccl: &Nccl, op: &'static str) -> Result<(), Error> {
+    fn on_device<D: DeviceCollective + ?Sized>(
+        &self,
+        nccl: &D,
+        op: &'static str,
+    ) -> Result<(), Error> {
         let tensors = self.vars.iter().map(|v| v.as_tensor()).zip(&self.sources);
         for ((v, g), e) in tensors.zip(self.manifest.entries()) {
             for (what, t) in [("variable", Some(v)), ("gradient", g.as_ref())] {
@@ -240,6 +261,17 @@ impl CandlePlan {
         nccl: &Nccl,
         root: usize,
     ) -> Result<(), Error> {
+        self.broadcast_device(comm, nccl, root)
+    }
+
+    /// [`broadcast_nccl`](Self::broadcast_nccl) over any
+    /// [`DeviceCollective`].
+    fn broadcast_device<C: Collective + ?Sized, D: DeviceCollective + ?Sized>(
+        &mut self,
+        comm: &C,
+        nccl: &D,
+        root: usize,
+    ) -> Result<(), Error> {
         const OP: &str = "broadcast over NCCL";
         self.sources.clear();
         self.sources.resize(self.vars.len(), None);
@@ -277,9 +309,9 @@ impl CandlePlan {
 
 /// Checks that `comm` and `nccl` are the same world seen from the same
 /// rank.
-fn same_world<C: Collective + ?Sized>(
+fn same_world<C: Collective + ?Sized, D: DeviceCollective + ?Sized>(
     comm: &C,
-    nccl: &Nccl,
+    nccl: &D,
     op: &'static str,
 ) -> Result<(), Error> {
     if (comm.rank(), comm.size()) == (nccl.rank(), nccl.size()) {
@@ -296,5 +328,267 @@ fn same_world<C: Collective + ?Sized>(
                 nccl.size()
             ),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{CpuStorage, DType, Device, InplaceOp1, Layout, Var};
+    use candle_nn::Init;
+
+    use super::*;
+    use crate::candle::CandleStore;
+    use crate::ranks::PlanOptions;
+    use crate::ranks::transport::collective::Digest;
+
+    /// `n` ranks that hold the same values, seen from rank 0: every sum is
+    /// `n` times this rank's value, every gather `n` copies of it.
+    struct Mirror(usize);
+
+    impl Collective for Mirror {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn size(&self) -> usize {
+            self.0
+        }
+        fn all_reduce_sum_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
+            for (r, s) in recv.iter_mut().zip(send) {
+                *r = *s * self.0 as f32;
+            }
+            Ok(())
+        }
+        fn all_reduce_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
+            for (r, s) in recv.iter_mut().zip(send) {
+                *r = *s * self.0 as f64;
+            }
+            Ok(())
+        }
+        fn reduce_scatter_sum_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
+            let n = recv.len();
+            self.all_reduce_sum_f32(&send[..n], recv)
+        }
+        fn reduce_scatter_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
+            let n = recv.len();
+            self.all_reduce_sum_f64(&send[..n], recv)
+        }
+        fn all_gather_bytes(&self, send: &[u8], recv: &mut [u8]) -> Result<(), Error> {
+            for c in recv.chunks_mut(send.len().max(1)) {
+                c.copy_from_slice(&send[..c.len()]);
+            }
+            Ok(())
+        }
+        fn broadcast_bytes(&self, _root: usize, _buf: &mut [u8]) -> Result<(), Error> {
+            Ok(())
+        }
+        fn all_gather_digest(&self, mine: &Digest, all: &mut [Digest]) -> Result<(), Error> {
+            all.fill(*mine);
+            Ok(())
+        }
+        fn barrier(&self) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    /// NCCL's stand-in on the CPU for [`Mirror`]'s world: a sum multiplies
+    /// in place by the ranks, a broadcast leaves the root's values.
+    struct Scaled {
+        ranks: usize,
+        device: Device,
+    }
+
+    struct Times(f64);
+
+    impl InplaceOp1 for Times {
+        fn name(&self) -> &'static str {
+            "times"
+        }
+        fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> candle_core::Result<()> {
+            let (a, b) = l.contiguous_offsets().expect("contiguous");
+            match s {
+                CpuStorage::F32(v) => v[a..b].iter_mut().for_each(|x| *x *= self.0 as f32),
+                CpuStorage::F64(v) => v[a..b].iter_mut().for_each(|x| *x *= self.0),
+                _ => panic!("F32 or F64"),
+            }
+            Ok(())
+        }
+    }
+
+    impl DeviceCollective for Scaled {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn size(&self) -> usize {
+            self.ranks
+        }
+        fn device(&self) -> &Device {
+            &self.device
+        }
+        fn fresh(&self, t: &Tensor, _: &'static str) -> Result<Tensor, Error> {
+            Ok(t.force_contiguous()
+                .map_err(|e| candle("fresh", e))?
+                .detach())
+        }
+        fn queue_all_reduce(&self, out: &Tensor) -> Result<(), Error> {
+            out.inplace_op1(&Times(self.ranks as f64))
+                .map_err(|e| candle("sum", e))
+        }
+        fn queue_broadcast(&self, root: usize, _out: &Tensor) -> Result<(), Error> {
+            check_root(root, self.ranks)
+        }
+        fn wait(&self, _: &'static str) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    /// `f32` and `f64` variables, small and large, `a` unused by the loss.
+    fn model() -> CandleStore {
+        let store = CandleStore::new();
+        for (name, n, dtype) in [
+            ("a", 3, DType::F32),
+            ("b", 1000, DType::F64),
+            ("c", 7000, DType::F32),
+            ("d", 5, DType::F32),
+            ("e", 33, DType::F64),
+            ("f", 2, DType::F64),
+        ] {
+            let t = Tensor::arange(0.0, n as f64, &Device::Cpu)
+                .and_then(|t| t.affine(0.37, 0.1))
+                .and_then(|t| t.to_dtype(dtype))
+                .unwrap();
+            store
+                .get(n, name, Init::Const(0.0), dtype, &Device::Cpu)
+                .unwrap();
+            store.var(name).unwrap().unwrap().set(&t).unwrap();
+        }
+        store
+    }
+
+    /// The gradients of `Σ sin(w) · w` over every variable but `a`.
+    fn grads(vars: &[Var]) -> GradStore {
+        let mut loss: Option<Tensor> = None;
+        for v in &vars[1..] {
+            let t = v.as_tensor();
+            let term = (t.sin().unwrap() * t).unwrap().sum_all().unwrap();
+            let term = term.to_dtype(DType::F64).unwrap();
+            loss = Some(match loss {
+                None => term,
+                Some(l) => (l + term).unwrap(),
+            });
+        }
+        loss.unwrap().backward().unwrap()
+    }
+
+    fn bits(g: &GradStore, vars: &[Var]) -> Vec<Option<Vec<u64>>> {
+        vars.iter()
+            .map(|v| {
+                g.get(v.as_tensor()).map(|t| {
+                    assert_eq!(t.dims(), v.dims());
+                    let t = t.flatten_all().unwrap().to_dtype(DType::F64).unwrap();
+                    t.to_vec1::<f64>()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.to_bits())
+                        .collect()
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_device_path_gives_the_mpi_paths_bits() {
+        // Buckets that split variables, direct ones, the defaults.
+        for opts in [
+            PlanOptions::new().bucket_bytes(64).direct_bytes(4000),
+            PlanOptions::new().bucket_bytes(4096),
+            PlanOptions::new(),
+        ] {
+            for ranks in [1, 3, 4] {
+                for op in [Reduce::Sum, Reduce::Mean] {
+                    let world = Mirror(ranks);
+                    let store = model();
+                    let mut plan = CandlePlan::new(&world, &store, &opts).unwrap();
+                    let vars = plan.vars().to_vec();
+                    let mut host = grads(&vars);
+                    plan.all_reduce(&world, &mut host, op).unwrap();
+                    let want = bits(&host, &vars);
+                    let mut dev = grads(&vars);
+                    let before = bits(&dev, &vars);
+                    let nccl = Scaled {
+                        ranks,
+                        device: Device::Cpu,
+                    };
+                    plan.all_reduce_device(&world, &nccl, &mut dev, op).unwrap();
+                    let what = format!("{opts:?} {ranks} ranks {op:?}");
+                    assert!(bits(&dev, &vars) == want, "{what}: the bits differ");
+                    assert!(want[0].is_none(), "{what}: `a` got a gradient");
+                    // (A sum over more ranks changes the gradients; a
+                    // mean over 4 gives them back, × 4 / 4 being exact.)
+                    if ranks == 1 {
+                        assert!(want == before, "{what}: one rank's sum changed a gradient");
+                    } else if op == Reduce::Sum {
+                        assert!(want != before, "{what}: the sum changed nothing");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_check_changes_no_gradient() {
+        let world = Mirror(2);
+        let store = model();
+        let mut plan = CandlePlan::new(&world, &store, &PlanOptions::new()).unwrap();
+        let vars = plan.vars().to_vec();
+        let mut g = grads(&vars);
+        let before = bits(&g, &vars);
+        // A gradient of another shape.
+        g.insert(
+            vars[4].as_tensor(),
+            Tensor::zeros(2, DType::F64, &Device::Cpu).unwrap(),
+        );
+        let before_bad = bits_lenient(&g, &vars);
+        let nccl = Scaled {
+            ranks: 2,
+            device: Device::Cpu,
+        };
+        let err = plan
+            .all_reduce_device(&world, &nccl, &mut g, Reduce::Sum)
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::Changed { ref key, .. } if key == "e"),
+            "{err}"
+        );
+        assert_eq!(bits_lenient(&g, &vars), before_bad);
+        assert_ne!(before_bad, before);
+        // Another world's communicator.
+        let mut g = grads(&vars);
+        let other = Scaled {
+            ranks: 3,
+            device: Device::Cpu,
+        };
+        let err = plan
+            .all_reduce_device(&world, &other, &mut g, Reduce::Sum)
+            .unwrap_err();
+        assert!(err.to_string().contains("rank 0 of 2"), "{err}");
+        assert_eq!(bits(&g, &vars), before);
+        let err = plan.broadcast_device(&world, &nccl, 2).unwrap_err();
+        assert!(matches!(err, Error::BadRank { rank: 2, .. }), "{err}");
+    }
+
+    /// Each gradient's bits, whatever its shape.
+    fn bits_lenient(g: &GradStore, vars: &[Var]) -> Vec<Option<Vec<u64>>> {
+        vars.iter()
+            .map(|v| {
+                g.get(v.as_tensor()).map(|t| {
+                    let t = t.flatten_all().unwrap().to_dtype(DType::F64).unwrap();
+                    t.to_vec1::<f64>()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.to_bits())
+                        .collect()
+                })
+            })
+            .collect()
     }
 }
