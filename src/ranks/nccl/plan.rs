@@ -479,20 +479,14 @@ mod tests {
         loss.unwrap().backward().unwrap()
     }
 
+    /// Each gradient's bits, checking that it has its variable's shape.
     fn bits(g: &GradStore, vars: &[Var]) -> Vec<Option<Vec<u64>>> {
-        vars.iter()
-            .map(|v| {
-                g.get(v.as_tensor()).map(|t| {
-                    assert_eq!(t.dims(), v.dims());
-                    let t = t.flatten_all().unwrap().to_dtype(DType::F64).unwrap();
-                    t.to_vec1::<f64>()
-                        .unwrap()
-                        .iter()
-                        .map(|x| x.to_bits())
-                        .collect()
-                })
-            })
-            .collect()
+        for v in vars {
+            if let Some(t) = g.get(v.as_tensor()) {
+                assert_eq!(t.dims(), v.dims());
+            }
+        }
+        bits_lenient(g, vars)
     }
 
     #[test]
