@@ -2,8 +2,8 @@
 //! gradients and the broadcast of the values, with the plan's agreement
 //! over the bootstrap [`Collective`] and the buckets of its MPI path.
 
-use candle_core::Tensor;
 use candle_core::backprop::GradStore;
+use candle_core::{DType, Tensor};
 
 use super::comm::{DeviceCollective, Nccl};
 use crate::ranks::candle::plan::{CandlePlan, candle};
@@ -90,17 +90,23 @@ impl CandlePlan {
                 .and_then(|()| comm.all_reduce_sum_f64(&self.present, &mut self.present_sum))
         };
         let done = agreed.and_then(|()| {
-            let ranks = nccl.size();
-            // A mean divides each sum by the ranks, queued after its NCCL
-            // call on the same stream.
-            let mean = |t: Tensor, i: usize| -> Result<Tensor, Error> {
-                if op == Reduce::Sum {
-                    return Ok(t);
+            // A mean divides each sum by the ranks (element by element, in
+            // the gradient's type, as the MPI path), queued after its NCCL
+            // call on the same stream; one divisor per float type.
+            let divisors = match op {
+                Reduce::Sum => None,
+                Reduce::Mean => {
+                    let n = Tensor::new(nccl.size() as f64, nccl.device());
+                    let n = n.and_then(|n| Ok([n.to_dtype(DType::F32)?, n]));
+                    Some(n.map_err(|e| candle("the ranks' count", e))?)
                 }
-                Tensor::new(ranks as f64, nccl.device())
-                    .and_then(|n| n.to_dtype(t.dtype()))
-                    .and_then(|n| t.broadcast_div(&n))
-                    .map_err(|e| candle(&self.manifest.entries()[i].key, e))
+            };
+            let mean = |t: Tensor, i: usize| -> Result<Tensor, Error> {
+                let Some([n32, n64]) = &divisors else {
+                    return Ok(t);
+                };
+                let n = if t.dtype() == DType::F32 { n32 } else { n64 };
+                (t.broadcast_div(n)).map_err(|e| candle(&self.manifest.entries()[i].key, e))
             };
             let (f32s, f32_direct) = self.f32s.layout();
             let (f64s, f64_direct) = self.f64s.layout();
