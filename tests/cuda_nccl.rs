@@ -224,6 +224,17 @@ fn grad_bits(grads: &GradStore, vars: &[Var]) -> Result<Vec<Vec<u64>>, String> {
         .collect()
 }
 
+/// `grads` of `from`'s variables as gradients of `to`'s (the same model on
+/// another device), copied there.
+fn moved(grads: &GradStore, from: &[Var], to: &[Var]) -> Result<GradStore, String> {
+    let mut out = GradStore::default();
+    for (f, t) in from.iter().zip(to) {
+        let g = grads.get(f.as_tensor()).ok_or("a gradient")?;
+        out.insert(t.as_tensor(), g.to_device(t.device()).why("to_device")?);
+    }
+    Ok(out)
+}
+
 fn plan_all_reduce(dev: &Device) -> R {
     let nccl = Nccl::new(&SingleProcess, dev).why("init")?;
     for opts in [
@@ -239,11 +250,13 @@ fn plan_all_reduce(dev: &Device) -> R {
             let mut grads = grads_of(&vars)?;
             plan.all_reduce(&SingleProcess, &mut grads, op).why(&what)?;
             let want = grad_bits(&grads, &vars)?;
-            // NCCL on the device.
+            // NCCL on the device, from the CPU's gradients moved there
+            // (exact copies: the devices' `sin` may differ in the last bit).
             let store = mixed(dev)?;
             let mut plan = CandlePlan::new(&SingleProcess, &store, &opts).why("plan")?;
+            let cpu_vars = vars;
             let vars = plan.vars().to_vec();
-            let mut grads = grads_of(&vars)?;
+            let mut grads = moved(&grads_of(&cpu_vars)?, &cpu_vars, &vars)?;
             let before = grad_bits(&grads, &vars)?;
             plan.all_reduce_nccl(&SingleProcess, &nccl, &mut grads, op)
                 .why(&what)?;
@@ -259,7 +272,7 @@ fn plan_all_reduce(dev: &Device) -> R {
                 ensure!(g.dims() == v.dims(), "{what}: a gradient's shape");
             }
             // A variable without a gradient stays without one.
-            let mut partial = grads_of(&vars[1..])?;
+            let mut partial = moved(&grads_of(&cpu_vars[1..])?, &cpu_vars[1..], &vars[1..])?;
             plan.all_reduce_nccl(&SingleProcess, &nccl, &mut partial, op)
                 .why(&what)?;
             ensure!(

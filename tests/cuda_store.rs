@@ -595,6 +595,25 @@ fn device_grads(vars: &[Var]) -> Result<(candle_core::backprop::GradStore, Vec<V
     Ok((grads, bits))
 }
 
+/// The gradients [`device_grads`] makes for a CPU copy of [`mixed`]'s
+/// store, moved (exactly) to the device of `vars` (a plan's variables of
+/// `mixed`): the same bits on every device, whatever its `sin`.
+fn cpu_grads_on(vars: &[Var]) -> Result<(candle_core::backprop::GradStore, Vec<Vec<u64>>), String> {
+    use scopetree::ranks::{CandlePlan, PlanOptions, SingleProcess};
+    let cpu = mixed(&Device::Cpu)?;
+    let cpu_vars = CandlePlan::new(&SingleProcess, &cpu, &PlanOptions::new())
+        .why("plan")?
+        .vars()
+        .to_vec();
+    let (on_cpu, bits) = device_grads(&cpu_vars)?;
+    let mut grads = candle_core::backprop::GradStore::default();
+    for (v, c) in vars.iter().zip(&cpu_vars) {
+        let g = on_cpu.get(c.as_tensor()).ok_or("a gradient")?;
+        grads.insert(v.as_tensor(), g.to_device(v.device()).why("to_device")?);
+    }
+    Ok((grads, bits))
+}
+
 fn grad_bits(
     grads: &candle_core::backprop::GradStore,
     vars: &[Var],
@@ -628,7 +647,7 @@ fn ranks_all_reduce(dev: &Device) -> R {
                     let store = mixed(d)?;
                     let mut plan = CandlePlan::new(&SingleProcess, &store, &opts).why("plan")?;
                     let vars = plan.vars().to_vec();
-                    let (mut grads, before) = device_grads(&vars)?;
+                    let (mut grads, before) = cpu_grads_on(&vars)?;
                     if in_place {
                         plan.all_reduce_in_place(&SingleProcess, &mut grads, op)
                     } else {
