@@ -22,7 +22,7 @@ use std::time::Duration;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::Init;
-use gpu_harness::{Check, Why};
+use gpu_harness::{Check, Why, bits_of as bits};
 use scopetree::candle::CandleStore;
 use scopetree::ranks::{
     CandlePlan, Error, Nccl, PlanOptions, Reduce, STALL_EXIT_CODE, SingleProcess,
@@ -54,16 +54,6 @@ fn main() -> ExitCode {
         ),
     ];
     gpu_harness::run(checks)
-}
-
-fn bits(t: &Tensor) -> Result<Vec<u64>, String> {
-    Ok(t.flatten_all()
-        .and_then(|t| t.to_dtype(DType::F64))
-        .and_then(|t| t.to_vec1::<f64>())
-        .why("bits")?
-        .iter()
-        .map(|x| x.to_bits())
-        .collect())
 }
 
 /// `n` distinct values of `dtype` on `dev`, as a `rows × (n / rows)` matrix.

@@ -619,16 +619,7 @@ fn grad_bits(
     vars: &[Var],
 ) -> Result<Vec<Vec<u64>>, String> {
     vars.iter()
-        .map(|v| {
-            let g = grads.get(v.as_tensor()).ok_or("a gradient is missing")?;
-            Ok(g.flatten_all()
-                .and_then(|t| t.to_dtype(DType::F64))
-                .and_then(|t| t.to_vec1::<f64>())
-                .why("gradient")?
-                .iter()
-                .map(|x| x.to_bits())
-                .collect())
-        })
+        .map(|v| gpu_harness::bits_of(grads.get(v.as_tensor()).ok_or("a gradient is missing")?))
         .collect()
 }
 

@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use candle_core::Device;
+use candle_core::{DType, Device, Tensor};
 
 /// A check: its name and its body, given the device.
 pub type Check = (&'static str, fn(&Device) -> Result<(), String>);
@@ -102,4 +102,16 @@ impl<T, E: std::fmt::Display> Why<T> for Result<T, E> {
     fn why(self, what: &str) -> Result<T, String> {
         self.map_err(|e| format!("{what}: {e}"))
     }
+}
+
+/// The bits of every element of `t` (any float dtype, any device), widened
+/// to `f64` exactly, in row-major order: what the checks compare.
+pub fn bits_of(t: &Tensor) -> Result<Vec<u64>, String> {
+    Ok(t.flatten_all()
+        .and_then(|t| t.to_dtype(DType::F64))
+        .and_then(|t| t.to_vec1::<f64>())
+        .why("bits")?
+        .iter()
+        .map(|x| x.to_bits())
+        .collect())
 }
