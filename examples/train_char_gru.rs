@@ -67,7 +67,11 @@ use candle_nn::rnn::{GRU, GRUConfig, RNN};
 use candle_nn::{AdamW, Embedding, Linear, Optimizer, ParamsAdamW, VarBuilder};
 use scopetree::candle::{AdamW as StoreAdamW, CandleStore};
 use scopetree::checkpoint::LoadOptions;
-use scopetree::ranks::{CandlePlan, Collective, DIGEST_BYTES, PlanOptions, Reduce};
+use scopetree::ranks::{CandlePlan, Collective, PlanOptions};
+
+#[path = "support/data_parallel.rs"]
+mod data_parallel;
+use data_parallel::{Transport, accumulate, describe, digest, every_rank, mean_of, micro_batches};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -315,56 +319,9 @@ fn seeded_init(store: &CandleStore, hidden: usize, rng: &mut SplitMix) -> Res<()
     Ok(())
 }
 
-/// The held-out loss of every rank (`f64` bits all-gathered), as every
-/// rank learns them.
-fn every_rank(world: &dyn Collective, loss: f64) -> Res<Vec<f64>> {
-    let mut mine = [0_u8; DIGEST_BYTES];
-    mine[..8].copy_from_slice(&loss.to_bits().to_le_bytes());
-    let mut all = vec![[0_u8; DIGEST_BYTES]; world.size()];
-    world.all_gather_digest(&mine, &mut all)?;
-    Ok(all
-        .iter()
-        .map(|d| f64::from_bits(u64::from_le_bytes(d[..8].try_into().unwrap_or_default())))
-        .collect())
-}
-
-/// `2.0934 on every rank (bit-identical on 2)`, or each rank's value.
-fn describe(losses: &[f64]) -> String {
-    if losses.iter().all(|l| l.to_bits() == losses[0].to_bits()) {
-        format!(
-            "{:.4} (bit-identical on {} rank(s))",
-            losses[0],
-            losses.len()
-        )
-    } else {
-        let each: Vec<String> = losses.iter().map(|l| format!("{l:.6}")).collect();
-        format!("DIFFERENT per rank: {}", each.join(", "))
-    }
-}
-
 /// Where the optimizer state of the checkpoint `path` is saved.
 fn optim_path(path: &str) -> String {
     format!("{path}.optim.safetensors")
-}
-
-/// An xxh3-free digest of every parameter's bits (FNV-1a over the names
-/// and values, in name order), to compare runs.
-fn digest(store: &CandleStore) -> Res<String> {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |b: &[u8]| {
-        for x in b {
-            h ^= u64::from(*x);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
-    for (k, v) in store.named_vars()? {
-        eat(k.as_bytes());
-        let vals: Vec<f32> = v.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?;
-        for x in vals {
-            eat(&x.to_bits().to_le_bytes());
-        }
-    }
-    Ok(format!("{h:016x}"))
 }
 
 /// The store with scopetree's AdamW against a `VarMap` with candle's, from
@@ -454,103 +411,6 @@ fn eval_loss(model: &CharGru, ids: &[u32], a: &Args, dev: &Device) -> Res<f64> {
     Ok(f64::from(model.loss(&x, &y)?.to_scalar::<f32>()?))
 }
 
-/// `acc` with `g`'s gradient of each of `vars` added (in that order:
-/// the first micro-batch's, then the next's, as the ranks' sum at two
-/// ranks adds them).
-fn accumulate(
-    mut acc: candle_core::backprop::GradStore,
-    g: &candle_core::backprop::GradStore,
-    vars: &[candle_core::Var],
-) -> Res<candle_core::backprop::GradStore> {
-    for v in vars {
-        let sum = match (acc.get(v.as_tensor()), g.get(v.as_tensor())) {
-            (Some(a), Some(b)) => a.add(b)?,
-            (None, Some(b)) => b.clone(),
-            (_, None) => continue,
-        };
-        acc.insert(v.as_tensor(), sum);
-    }
-    Ok(acc)
-}
-
-/// Divides each of `vars`' gradients in `grads` by `n`.
-fn mean_of(
-    grads: &mut candle_core::backprop::GradStore,
-    vars: &[candle_core::Var],
-    n: usize,
-) -> Res<()> {
-    for v in vars {
-        if let Some(g) = grads.get(v.as_tensor()) {
-            let d = Tensor::new(n as f32, g.device())?.to_dtype(g.dtype())?;
-            let mean = g.broadcast_div(&d)?;
-            grads.insert(v.as_tensor(), mean);
-        }
-    }
-    Ok(())
-}
-
-/// How the ranks move parameters and gradients: MPI (the world's
-/// collective; device tensors staged through the host a bucket segment at a
-/// time) or, with `--nccl`, NCCL on the device (feature `nccl`).
-struct Transport {
-    #[cfg(feature = "nccl")]
-    nccl: Option<scopetree::ranks::Nccl>,
-}
-
-impl Transport {
-    fn new(a: &Args, world: &dyn Collective, dev: &Device) -> Res<Self> {
-        #[cfg(feature = "nccl")]
-        {
-            let nccl = if a.nccl {
-                if !dev.is_cuda() {
-                    return Err("--nccl needs --device cuda".into());
-                }
-                Some(scopetree::ranks::Nccl::new(world, dev)?)
-            } else {
-                None
-            };
-            Ok(Self { nccl })
-        }
-        #[cfg(not(feature = "nccl"))]
-        {
-            let _ = (world, dev);
-            if a.nccl {
-                return Err("--nccl: build with --features nccl,mpi".into());
-            }
-            Ok(Self {})
-        }
-    }
-
-    fn name(&self) -> &'static str {
-        #[cfg(feature = "nccl")]
-        if self.nccl.is_some() {
-            return "NCCL";
-        }
-        "the world's collective (MPI under mpirun)"
-    }
-
-    fn broadcast(&self, plan: &mut CandlePlan, world: &dyn Collective) -> Res<()> {
-        #[cfg(feature = "nccl")]
-        if let Some(nccl) = &self.nccl {
-            return Ok(plan.broadcast_nccl(world, nccl, 0)?);
-        }
-        Ok(plan.broadcast(world, 0)?)
-    }
-
-    fn all_reduce(
-        &self,
-        plan: &mut CandlePlan,
-        world: &dyn Collective,
-        grads: &mut candle_core::backprop::GradStore,
-    ) -> Res<()> {
-        #[cfg(feature = "nccl")]
-        if let Some(nccl) = &self.nccl {
-            return Ok(plan.all_reduce_nccl(world, nccl, grads, Reduce::Mean)?);
-        }
-        Ok(plan.all_reduce(world, grads, Reduce::Mean)?)
-    }
-}
-
 fn main() -> Res<()> {
     let a = Args::parse()?;
     #[cfg(feature = "mpi")]
@@ -561,22 +421,8 @@ fn main() -> Res<()> {
     let world = scopetree::ranks::SingleProcess;
     let world: &dyn Collective = &world;
     let (rank, ranks) = (world.rank(), world.size());
-    if a.batch % (ranks * a.accumulate) != 0 {
-        return Err(format!(
-            "--batch {} does not split evenly over {ranks} rank(s) of {} micro-batch(es)",
-            a.batch, a.accumulate
-        )
-        .into());
-    }
-    // This rank's share of every global batch, in micro-batches: the
-    // (rank × accumulate + m)-th slice is micro-batch m of this rank.
-    let slice = a.batch / (ranks * a.accumulate);
-    let micro: Vec<std::ops::Range<usize>> = (0..a.accumulate)
-        .map(|m| {
-            let k = rank * a.accumulate + m;
-            k * slice..(k + 1) * slice
-        })
-        .collect();
+    // This rank's share of every global batch, in micro-batches.
+    let micro = micro_batches(a.batch, rank, ranks, a.accumulate)?;
     // Rank 0 prints.
     macro_rules! say {
         ($($t:tt)*) => { if rank == 0 { println!($($t)*); } };
@@ -589,7 +435,7 @@ fn main() -> Res<()> {
         other => return Err(format!("--device {other}: cpu or cuda").into()),
     };
     say!("device: {:?}", dev.location());
-    let transport = Transport::new(&a, world, &dev)?;
+    let transport = Transport::new(a.nccl, world, &dev)?;
     say!("gradients reduced over {}", transport.name());
     let corpus = Corpus::new(lipsum::LIBER_PRIMUS);
     let vocab = corpus.chars.len();

@@ -47,6 +47,31 @@
 //! The run fails (exit status 1) if the held-out loss does not fall below
 //! the unigram entropy and below half its initial value, or if any
 //! bit-for-bit check fails.
+//!
+//! **Across ranks.** Built with the `mpi` feature and started by `mpirun`
+//! with more than one rank (or in one process with `--accumulate N` or
+//! `--nccl`), the example trains data-parallel through `ranks::CandlePlan`
+//! instead of parts 1–6, which are a single process's story:
+//!
+//! ```text
+//! cargo build --release --features candle-models,mpi --example train_llama2_c
+//! mpirun -np 2 target/release/examples/train_llama2_c --steps 40
+//! target/release/examples/train_llama2_c --steps 40 --accumulate 2
+//! ```
+//!
+//! The initial values are drawn from `--seed` (with the spread of candle-nn's
+//! defaults) and broadcast from rank 0. Step s draws its global batch of
+//! `--batch` windows from `(seed, s)`; rank r trains on the r-th slice, in
+//! `--accumulate` micro-batches whose gradients it adds in order and
+//! divides; the plan averages the gradients over the ranks (`Reduce::Mean`)
+//! and every rank takes the same step of scopetree's AdamW. So 2 ranks end
+//! bit-identical to one process with `--accumulate 2` (the same
+//! `parameters: digest`), which CI checks on the CPU. With `--device cuda`
+//! the MPI all-reduce reads the device gradients a bucket segment at a time;
+//! with `--nccl` (feature `nccl`, one GPU per rank) they are reduced over
+//! NCCL on the device, started through the MPI world (see
+//! `docs/ranks/gpu.md`). The run fails if the ranks' parameters or
+//! held-out losses differ, or if the held-out loss does not fall.
 
 use std::collections::HashMap;
 use std::error::Error;
@@ -59,6 +84,11 @@ use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder};
 use candle_transformers::models::llama2_c::{Cache, Config, Llama};
 use scopetree::candle::{AdamW as StoreAdamW, AsyncSaver, CandleStore};
 use scopetree::checkpoint::{LoadOptions, SaveOptions};
+use scopetree::ranks::{CandlePlan, Collective, PlanOptions};
+
+#[path = "support/data_parallel.rs"]
+mod data_parallel;
+use data_parallel::{Transport, accumulate, describe, digest, every_rank, mean_of, micro_batches};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -75,6 +105,11 @@ struct Args {
     check_steps: usize,
     /// An async save every this many steps in the save-cost check.
     save_every: usize,
+    /// Micro-batches per rank and step, across ranks: one process with
+    /// `--accumulate 2` steps as 2 ranks do.
+    accumulate: usize,
+    /// Reduce over NCCL on the device (feature `nccl`) instead of MPI.
+    nccl: bool,
 }
 
 impl Args {
@@ -89,6 +124,8 @@ impl Args {
             device: "cpu".to_owned(),
             check_steps: 40,
             save_every: 10,
+            accumulate: 1,
+            nccl: false,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -103,19 +140,22 @@ impl Args {
                 "--device" => a.device = value()?,
                 "--check-steps" => a.check_steps = value()?.parse()?,
                 "--save-every" => a.save_every = value()?.parse()?,
+                "--accumulate" => a.accumulate = value()?.parse()?,
+                "--nccl" => a.nccl = true,
                 "-h" | "--help" => {
                     println!(
                         "train_llama2_c [--steps N] [--finetune-steps N] [--batch N] [--lr X] \
                          [--seed N] [--dir PATH (default: a new directory under the temp dir)] \
-                         [--device cpu|cuda] [--check-steps N] [--save-every N]"
+                         [--device cpu|cuda] [--check-steps N] [--save-every N] \
+                         [--accumulate MICRO-BATCHES] [--nccl]"
                     );
                     std::process::exit(0);
                 }
                 other => return Err(format!("unknown flag {other}; try --help").into()),
             }
         }
-        if a.batch == 0 {
-            return Err("--batch must be positive".into());
+        if a.batch == 0 || a.accumulate == 0 {
+            return Err("--batch and --accumulate must be positive".into());
         }
         if a.save_every == 0 || a.check_steps < 2 {
             return Err("--save-every must be positive and --check-steps at least 2".into());
@@ -353,6 +393,16 @@ fn device(name: &str) -> Res<Device> {
 
 fn main() -> Res<()> {
     let a = Args::parse()?;
+    #[cfg(feature = "mpi")]
+    let universe = mpi::initialize().ok_or("MPI was already initialised")?;
+    #[cfg(feature = "mpi")]
+    let world = universe.world();
+    #[cfg(not(feature = "mpi"))]
+    let world = scopetree::ranks::SingleProcess;
+    let world: &dyn Collective = &world;
+    if world.size() > 1 || a.accumulate > 1 || a.nccl {
+        return across_ranks(&a, world);
+    }
     let dev = device(&a.device)?;
     println!("device: {:?}", dev.location());
     let cfg = config();
@@ -535,8 +585,16 @@ fn main() -> Res<()> {
     Ok(())
 }
 
-/// The batch of step `step`: drawn from `(seed, step)` alone, so a run
-/// resumed at any step draws what the uninterrupted run drew.
+/// The window starts of step `step`: drawn from `(seed, step)` alone, so a
+/// run resumed at any step draws what the uninterrupted run drew, and every
+/// rank draws the same global batch.
+fn step_starts(text: &[u8], seed: u64, step: usize, b: usize) -> Vec<usize> {
+    let t = config().seq_len;
+    let mut rng = SplitMix(seed ^ (step as u64).wrapping_mul(0xA24B_AED4_963E_E407));
+    (0..b).map(|_| rng.below(text.len() - t - 1)).collect()
+}
+
+/// The batch of step `step` (see [`step_starts`]).
 fn step_batch(
     text: &[u8],
     seed: u64,
@@ -544,10 +602,12 @@ fn step_batch(
     b: usize,
     dev: &Device,
 ) -> Res<(Tensor, Tensor)> {
-    let t = config().seq_len;
-    let mut rng = SplitMix(seed ^ (step as u64).wrapping_mul(0xA24B_AED4_963E_E407));
-    let starts: Vec<usize> = (0..b).map(|_| rng.below(text.len() - t - 1)).collect();
-    batch(text, &starts, t, dev)
+    batch(
+        text,
+        &step_starts(text, seed, step, b),
+        config().seq_len,
+        dev,
+    )
 }
 
 /// Steps `from..to` of `opt` on `model`; returns the seconds taken (the
@@ -790,6 +850,140 @@ fn device_checks(
             copy * 1e3,
             max_block / copy
         );
+    }
+    Ok(())
+}
+
+/// Replaces candle's random initial values (its RNG cannot be seeded) with
+/// values drawn from `rng`, variable by variable in name order, with the
+/// spread of candle-nn's defaults: the norms' ones, the embedding's unit
+/// variance, and Kaiming's ±√(6/fan_in) for the linear layers.
+fn seeded_init(store: &CandleStore, rng: &mut SplitMix) -> Res<()> {
+    for (name, var) in store.named_vars()? {
+        let dims = var.dims().to_vec();
+        let values: Vec<f32> = if name.ends_with("norm.weight") {
+            vec![1.0; var.elem_count()]
+        } else {
+            let bound = if name.starts_with("model.embed_tokens") {
+                3_f64.sqrt()
+            } else {
+                (6.0 / dims[dims.len() - 1] as f64).sqrt()
+            };
+            (0..var.elem_count())
+                .map(|_| ((2.0 * f64::from(rng.unit()) - 1.0) * bound) as f32)
+                .collect()
+        };
+        var.set(&Tensor::from_vec(values, dims, var.device())?)?;
+    }
+    Ok(())
+}
+
+/// Data-parallel training across the ranks of `world` (see the file's
+/// comment): `--steps` steps from seeded values, then the checks.
+fn across_ranks(a: &Args, world: &dyn Collective) -> Res<()> {
+    let (rank, ranks) = (world.rank(), world.size());
+    let micro = micro_batches(a.batch, rank, ranks, a.accumulate)?;
+    // Rank 0 prints.
+    macro_rules! say {
+        ($($t:tt)*) => { if rank == 0 { println!($($t)*); } };
+    }
+    let dev = device(&a.device)?;
+    say!("device: {:?}", dev.location());
+    let transport = Transport::new(a.nccl, world, &dev)?;
+    say!("gradients reduced over {}", transport.name());
+    let cfg = config();
+    let text = lipsum::LIBER_PRIMUS.as_bytes();
+    let (train_text, held_out) = text.split_at(text.len() * 9 / 10);
+    let entropy = unigram_entropy(text);
+
+    let store = CandleStore::new();
+    let model = Llama::load(store.var_builder(DType::F32, &dev), cfg.clone())?;
+    seeded_init(&store, &mut SplitMix(a.seed ^ 0x5EED))?;
+    // Every rank starts from rank 0's values and reduces the gradients of
+    // every variable the optimizer steps.
+    let mut plan = CandlePlan::new(world, &store, &PlanOptions::new())?;
+    transport.broadcast(&mut plan, world)?;
+    let mut opt = StoreAdamW::for_store(
+        &store,
+        "",
+        ParamsAdamW {
+            lr: a.lr,
+            ..ParamsAdamW::default()
+        },
+    )?;
+    let vars = plan.vars().to_vec();
+    say!(
+        "ranks: {ranks}; {} steps of a global batch of {} windows of {} bytes, {} per rank in {} micro-batch(es)",
+        a.steps,
+        a.batch,
+        cfg.seq_len,
+        a.batch / ranks,
+        a.accumulate
+    );
+    let (start, _) = evaluate(&model, held_out, a.batch, &dev)?;
+    let losses = every_rank(world, start)?;
+    let mut consistent = losses.iter().all(|l| l.to_bits() == start.to_bits());
+    say!("held-out loss before training: {}", describe(&losses));
+
+    let mut cache = rotary(&cfg, &dev)?;
+    dev.synchronize()?;
+    let t0 = Instant::now();
+    for step in 0..a.steps {
+        let starts = step_starts(train_text, a.seed, step, a.batch);
+        let mut grads = None;
+        let mut sum = 0.0;
+        for range in &micro {
+            let (x, y) = batch(train_text, &starts[range.clone()], cfg.seq_len, &dev)?;
+            let l = loss(&model, &mut cache, &x, &y)?;
+            let g = l.backward()?;
+            grads = Some(match grads {
+                None => g,
+                Some(acc) => accumulate(acc, &g, &vars)?,
+            });
+            sum += f64::from(l.to_scalar::<f32>()?) / a.accumulate as f64;
+        }
+        let mut grads = grads.ok_or("no micro-batch")?;
+        if a.accumulate > 1 {
+            mean_of(&mut grads, &vars, a.accumulate)?;
+        }
+        transport.all_reduce(&mut plan, world, &mut grads)?;
+        opt.step(&grads)?;
+        if step % 50 == 0 || step + 1 == a.steps {
+            // The training loss over the global batch: the ranks' mean.
+            let mut total = [0.0];
+            world.all_reduce_sum_f64(&[sum], &mut total)?;
+            say!(
+                "  step {step:4}: training loss {:.4} ({:.1} s)",
+                total[0] / ranks as f64,
+                t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+    dev.synchronize()?;
+    let secs = t0.elapsed().as_secs_f64();
+    plan.check_consistency(world)?;
+    let (end, _) = evaluate(&model, held_out, a.batch, &dev)?;
+    let losses = every_rank(world, end)?;
+    consistent &= losses.iter().all(|l| l.to_bits() == end.to_bits());
+    say!(
+        "held-out loss after training: {} ({:.0} % of the unigram entropy)",
+        describe(&losses),
+        100.0 * end / entropy
+    );
+    say!(
+        "FIGURE ranks: {:.0} tokens/s over {ranks} rank(s) of {} micro-batch(es) on {:?}, reduced over {}",
+        (a.steps * a.batch * cfg.seq_len) as f64 / secs,
+        a.accumulate,
+        dev.location(),
+        transport.name()
+    );
+    say!("parameters: digest {}", digest(&store)?);
+    if !consistent {
+        return Err("the held-out losses differ between ranks".into());
+    }
+    if end >= start {
+        eprintln!("the held-out loss did not fall: {start:.4} before, {end:.4} after");
+        std::process::exit(1);
     }
     Ok(())
 }
