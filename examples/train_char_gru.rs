@@ -71,7 +71,7 @@ use scopetree::ranks::{CandlePlan, Collective, PlanOptions};
 
 #[path = "support/data_parallel.rs"]
 mod data_parallel;
-use data_parallel::{Transport, accumulate, describe, digest, every_rank, mean_of, micro_batches};
+use data_parallel::{Transport, describe, digest, every_rank, micro_batches, micro_grads};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -535,23 +535,11 @@ fn main() -> Res<()> {
             let starts: Vec<usize> = (0..a.batch)
                 .map(|_| rng.below(train.len() - a.seq - 1))
                 .collect();
-            let mut grads = None;
-            for range in &micro {
-                let (x, y) = batch(train, &starts[range.clone()], a.seq, &dev)?;
-                let loss = model.loss(&x, &y)?;
-                let g = loss.backward()?;
-                grads = Some(match grads {
-                    None => g,
-                    Some(acc) => accumulate(acc, &g, &vars)?,
-                });
-                sum += f64::from(loss.to_scalar::<f32>()?) / a.accumulate as f64;
-            }
-            let mut grads = grads.ok_or("no micro-batch")?;
-            if a.accumulate > 1 {
-                // The mean over the micro-batches, divided as the ranks'
-                // mean divides (element by element, in the gradients' type).
-                mean_of(&mut grads, &vars, a.accumulate)?;
-            }
+            let (mut grads, loss) = micro_grads(&micro, &vars, |range| {
+                let (x, y) = batch(train, &starts[range], a.seq, &dev)?;
+                model.loss(&x, &y)
+            })?;
+            sum += loss;
             transport.all_reduce(&mut plan, world, &mut grads)?;
             opt.step(&grads)?;
         }

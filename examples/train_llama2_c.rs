@@ -88,7 +88,7 @@ use scopetree::ranks::{CandlePlan, Collective, PlanOptions};
 
 #[path = "support/data_parallel.rs"]
 mod data_parallel;
-use data_parallel::{Transport, accumulate, describe, digest, every_rank, mean_of, micro_batches};
+use data_parallel::{Transport, describe, digest, every_rank, micro_batches, micro_grads};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -930,22 +930,10 @@ fn across_ranks(a: &Args, world: &dyn Collective) -> Res<()> {
     let t0 = Instant::now();
     for step in 0..a.steps {
         let starts = step_starts(train_text, a.seed, step, a.batch);
-        let mut grads = None;
-        let mut sum = 0.0;
-        for range in &micro {
-            let (x, y) = batch(train_text, &starts[range.clone()], cfg.seq_len, &dev)?;
-            let l = loss(&model, &mut cache, &x, &y)?;
-            let g = l.backward()?;
-            grads = Some(match grads {
-                None => g,
-                Some(acc) => accumulate(acc, &g, &vars)?,
-            });
-            sum += f64::from(l.to_scalar::<f32>()?) / a.accumulate as f64;
-        }
-        let mut grads = grads.ok_or("no micro-batch")?;
-        if a.accumulate > 1 {
-            mean_of(&mut grads, &vars, a.accumulate)?;
-        }
+        let (mut grads, sum) = micro_grads(&micro, &vars, |range| {
+            let (x, y) = batch(train_text, &starts[range], cfg.seq_len, &dev)?;
+            loss(&model, &mut cache, &x, &y)
+        })?;
         transport.all_reduce(&mut plan, world, &mut grads)?;
         opt.step(&grads)?;
         if step % 50 == 0 || step + 1 == a.steps {

@@ -106,10 +106,37 @@ pub fn micro_batches(
         .collect())
 }
 
-/// `acc` with `g`'s gradient of each of `vars` added (in that order:
-/// the first micro-batch's, then the next's, as the ranks' sum at two
-/// ranks adds them).
-pub fn accumulate(mut acc: GradStore, g: &GradStore, vars: &[Var]) -> Res<GradStore> {
+/// The gradients of `vars` over this rank's `micro`-batches, and their
+/// mean loss: `loss_of(range)` gives the loss of the windows `range` of
+/// the global batch; their gradients are added in order (the first
+/// micro-batch's, then the next's, as the ranks' sum at two ranks adds
+/// them) and divided by their number as the ranks' mean divides (element
+/// by element, in the gradients' type).
+pub fn micro_grads(
+    micro: &[std::ops::Range<usize>],
+    vars: &[Var],
+    mut loss_of: impl FnMut(std::ops::Range<usize>) -> Res<Tensor>,
+) -> Res<(GradStore, f64)> {
+    let mut grads = None;
+    let mut sum = 0.0;
+    for range in micro {
+        let loss = loss_of(range.clone())?;
+        let g = loss.backward()?;
+        grads = Some(match grads {
+            None => g,
+            Some(acc) => accumulate(acc, &g, vars)?,
+        });
+        sum += f64::from(loss.to_dtype(DType::F32)?.to_scalar::<f32>()?);
+    }
+    let mut grads = grads.ok_or("no micro-batch")?;
+    if micro.len() > 1 {
+        mean_of(&mut grads, vars, micro.len())?;
+    }
+    Ok((grads, sum / micro.len() as f64))
+}
+
+/// `acc` with `g`'s gradient of each of `vars` added.
+fn accumulate(mut acc: GradStore, g: &GradStore, vars: &[Var]) -> Res<GradStore> {
     for v in vars {
         let sum = match (acc.get(v.as_tensor()), g.get(v.as_tensor())) {
             (Some(a), Some(b)) => a.add(b)?,
@@ -121,9 +148,8 @@ pub fn accumulate(mut acc: GradStore, g: &GradStore, vars: &[Var]) -> Res<GradSt
     Ok(acc)
 }
 
-/// Divides each of `vars`' gradients in `grads` by `n`, element by element
-/// in the gradients' type, as the ranks' mean divides.
-pub fn mean_of(grads: &mut GradStore, vars: &[Var], n: usize) -> Res<()> {
+/// Divides each of `vars`' gradients in `grads` by `n`.
+fn mean_of(grads: &mut GradStore, vars: &[Var], n: usize) -> Res<()> {
     for v in vars {
         if let Some(g) = grads.get(v.as_tensor()) {
             let d = Tensor::new(n as f32, g.device())?.to_dtype(g.dtype())?;
