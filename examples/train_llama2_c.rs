@@ -49,14 +49,15 @@
 //! bit-for-bit check fails.
 //!
 //! **Across ranks.** Built with the `mpi` feature and started by `mpirun`
-//! with more than one rank (or in one process with `--accumulate N` or
-//! `--nccl`), the example trains data-parallel through `ranks::CandlePlan`
+//! with more than one rank (or in one process with `--accumulate N`,
+//! `--nccl` or `--zero`), the example trains data-parallel through `ranks::CandlePlan`
 //! instead of parts 1–6, which are a single process's story:
 //!
 //! ```text
 //! cargo build --release --features candle-models,mpi --example train_llama2_c
 //! mpirun -np 2 target/release/examples/train_llama2_c --steps 40
 //! target/release/examples/train_llama2_c --steps 40 --accumulate 2
+//! mpirun -np 2 target/release/examples/train_llama2_c --steps 40 --zero
 //! ```
 //!
 //! The initial values are drawn from `--seed` (with the spread of candle-nn's
@@ -70,8 +71,13 @@
 //! the MPI all-reduce reads the device gradients a bucket segment at a time;
 //! with `--nccl` (feature `nccl`, one GPU per rank) they are reduced over
 //! NCCL on the device, started through the MPI world (see
-//! `docs/ranks/gpu.md`). The run fails if the ranks' parameters or
-//! held-out losses differ, or if the held-out loss does not fall.
+//! `docs/ranks/gpu.md`). With `--zero` (over MPI or NCCL) each rank keeps the
+//! AdamW moments of its own slice of the parameters only
+//! (`ranks::ZeroAdamW`): the gradients are reduce-scattered, each rank
+//! steps its slice and the parameters are all-gathered; at 2 ranks it ends
+//! bit-identical to the replicated run, which CI checks. The run fails if
+//! the ranks' parameters or held-out losses differ, or if the held-out
+//! loss does not fall.
 
 use std::collections::HashMap;
 use std::error::Error;
@@ -84,7 +90,7 @@ use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder};
 use candle_transformers::models::llama2_c::{Cache, Config, Llama};
 use scopetree::candle::{AdamW as StoreAdamW, AsyncSaver, CandleStore};
 use scopetree::checkpoint::{LoadOptions, SaveOptions};
-use scopetree::ranks::{CandlePlan, Collective, PlanOptions};
+use scopetree::ranks::{CandlePlan, Collective, PlanOptions, ZeroAdamW};
 
 #[path = "support/data_parallel.rs"]
 mod data_parallel;
@@ -110,6 +116,9 @@ struct Args {
     accumulate: usize,
     /// Reduce over NCCL on the device (feature `nccl`) instead of MPI.
     nccl: bool,
+    /// ZeRO stage 1 across ranks: each rank keeps and steps the AdamW
+    /// moments of its slice only.
+    zero: bool,
 }
 
 impl Args {
@@ -126,6 +135,7 @@ impl Args {
             save_every: 10,
             accumulate: 1,
             nccl: false,
+            zero: false,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -142,12 +152,13 @@ impl Args {
                 "--save-every" => a.save_every = value()?.parse()?,
                 "--accumulate" => a.accumulate = value()?.parse()?,
                 "--nccl" => a.nccl = true,
+                "--zero" => a.zero = true,
                 "-h" | "--help" => {
                     println!(
                         "train_llama2_c [--steps N] [--finetune-steps N] [--batch N] [--lr X] \
                          [--seed N] [--dir PATH (default: a new directory under the temp dir)] \
                          [--device cpu|cuda] [--check-steps N] [--save-every N] \
-                         [--accumulate MICRO-BATCHES] [--nccl]"
+                         [--accumulate MICRO-BATCHES] [--nccl] [--zero]"
                     );
                     std::process::exit(0);
                 }
@@ -400,7 +411,7 @@ fn main() -> Res<()> {
     #[cfg(not(feature = "mpi"))]
     let world = scopetree::ranks::SingleProcess;
     let world: &dyn Collective = &world;
-    if world.size() > 1 || a.accumulate > 1 || a.nccl {
+    if world.size() > 1 || a.accumulate > 1 || a.nccl || a.zero {
         return across_ranks(&a, world);
     }
     let dev = device(&a.device)?;
@@ -878,6 +889,12 @@ fn seeded_init(store: &CandleStore, rng: &mut SplitMix) -> Res<()> {
     Ok(())
 }
 
+/// The optimizer across ranks: replicated, or ZeRO stage 1 (`--zero`).
+enum Step {
+    Replicated(StoreAdamW),
+    Zero(ZeroAdamW),
+}
+
 /// Data-parallel training across the ranks of `world` (see the file's
 /// comment): `--steps` steps from seeded values, then the checks.
 fn across_ranks(a: &Args, world: &dyn Collective) -> Res<()> {
@@ -903,14 +920,16 @@ fn across_ranks(a: &Args, world: &dyn Collective) -> Res<()> {
     // every variable the optimizer steps.
     let mut plan = CandlePlan::new(world, &store, &PlanOptions::new())?;
     transport.broadcast(&mut plan, world)?;
-    let mut opt = StoreAdamW::for_store(
-        &store,
-        "",
-        ParamsAdamW {
-            lr: a.lr,
-            ..ParamsAdamW::default()
-        },
-    )?;
+    let params = ParamsAdamW {
+        lr: a.lr,
+        ..ParamsAdamW::default()
+    };
+    // Replicated: every rank steps every variable; ZeRO: its slice only.
+    let mut opt = if a.zero {
+        Step::Zero(ZeroAdamW::new(world, &plan, params)?)
+    } else {
+        Step::Replicated(StoreAdamW::for_store(&store, "", params)?)
+    };
     let vars = plan.vars().to_vec();
     say!(
         "ranks: {ranks}; {} steps of a global batch of {} windows of {} bytes, {} per rank in {} micro-batch(es)",
@@ -934,8 +953,17 @@ fn across_ranks(a: &Args, world: &dyn Collective) -> Res<()> {
             let (x, y) = batch(train_text, &starts[range], cfg.seq_len, &dev)?;
             loss(&model, &mut cache, &x, &y)
         })?;
-        transport.all_reduce(&mut plan, world, &mut grads)?;
-        opt.step(&grads)?;
+        match &mut opt {
+            Step::Replicated(opt) => {
+                transport.all_reduce(&mut plan, world, &mut grads)?;
+                opt.step(&grads)?;
+            }
+            Step::Zero(opt) => {
+                transport.reduce_scatter(&mut plan, world, &mut grads)?;
+                opt.step(&grads)?;
+                transport.all_gather(&mut plan, world)?;
+            }
+        }
         if step % 50 == 0 || step + 1 == a.steps {
             // The training loss over the global batch: the ranks' mean.
             let mut total = [0.0];
@@ -959,11 +987,15 @@ fn across_ranks(a: &Args, world: &dyn Collective) -> Res<()> {
         100.0 * end / entropy
     );
     say!(
-        "FIGURE ranks: {:.0} tokens/s over {ranks} rank(s) of {} micro-batch(es) on {:?}, reduced over {}",
+        "FIGURE ranks: {:.0} tokens/s over {ranks} rank(s) of {} micro-batch(es) on {:?}, {}",
         (a.steps * a.batch * cfg.seq_len) as f64 / secs,
         a.accumulate,
         dev.location(),
-        transport.name()
+        format!(
+            "{} over {}",
+            if a.zero { "ZeRO stage 1" } else { "reduced" },
+            transport.name()
+        )
     );
     say!("parameters: digest {}", digest(&store)?);
     if !consistent {

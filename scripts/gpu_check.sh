@@ -158,7 +158,7 @@ with lzma.open(sys.argv[1], "rb") as f:
         echo "FAIL char_gru: resume"; fails=$((fails + 1))
     fi
 
-    echo "== 5. ranks on one GPU under mpirun (Open MPI from the bundle): train_char_gru and train_llama2_c at 2 ranks against 1 process accumulating 2 micro-batches, char_gru's 4 ranks agreeing; NCCL at one rank"
+    echo "== 5. ranks on one GPU under mpirun (Open MPI from the bundle): train_char_gru and train_llama2_c at 2 ranks against 1 process accumulating 2 micro-batches, llama2_c's ZeRO at 2 ranks, char_gru's 4 ranks agreeing; NCCL at one rank"
     local ranks one
     # At 2 ranks a + b is b + a, so MPI's sum is one process's, bit for bit.
     ranks=$("$mpirun" --oversubscribe -np 2 -x LD_LIBRARY_PATH "$work/train_char_gru" --device cuda --epochs 2 2>&1 \
@@ -185,20 +185,30 @@ with lzma.open(sys.argv[1], "rb") as f:
     else
         echo "FAIL char_gru: --nccl ($one against $whole)"; fails=$((fails + 1))
     fi
-    # train_llama2_c's data-parallel part: 2 ranks over MPI against one
-    # process accumulating 2 micro-batches; then that process over NCCL
-    # (a world of one) against it over MPI.
-    ranks=$("$mpirun" --oversubscribe -np 2 -x LD_LIBRARY_PATH "$work/train_llama2_c" --device cuda --steps 40 2>&1 \
+    # train_llama2_c's data-parallel part (a global batch of 24 windows):
+    # 2 ranks over MPI against one process accumulating 2 micro-batches and
+    # against ZeRO at 2 ranks (moments on the GPU); then that process over
+    # NCCL (a world of one) against it over MPI.
+    ranks=$("$mpirun" --oversubscribe -np 2 -x LD_LIBRARY_PATH "$work/train_llama2_c" --device cuda --steps 40 --batch 24 2>&1 \
         | tee "$work/llama-ranks.log" | grep '^parameters: digest')
     grep '^FIGURE ranks' "$work/llama-ranks.log"
-    one=$("$work/train_llama2_c" --device cuda --steps 40 --accumulate 2 2>&1 | grep '^parameters: digest')
+    one=$("$work/train_llama2_c" --device cuda --steps 40 --batch 24 --accumulate 2 2>&1 | grep '^parameters: digest')
     echo "2 ranks: $ranks; 1 process, --accumulate 2: $one"
     if [ -n "$ranks" ] && [ "$ranks" = "$one" ]; then
         echo "PASS llama2_c: 2 ranks on the GPU bit-identical to 1 process accumulating 2 micro-batches"
     else
         echo "FAIL llama2_c: 2 ranks on the GPU"; fails=$((fails + 1))
     fi
-    ranks=$("$work/train_llama2_c" --device cuda --steps 40 --accumulate 2 --nccl 2>&1 | grep '^parameters: digest')
+    local zero
+    zero=$("$mpirun" --oversubscribe -np 2 -x LD_LIBRARY_PATH "$work/train_llama2_c" --device cuda --steps 40 --batch 24 --zero 2>&1 \
+        | tee "$work/llama-zero.log" | grep '^parameters: digest')
+    grep '^FIGURE ranks' "$work/llama-zero.log"
+    if [ -n "$zero" ] && [ "$zero" = "$ranks" ]; then
+        echo "PASS llama2_c: ZeRO at 2 ranks on the GPU bit-identical to the replicated run"
+    else
+        echo "FAIL llama2_c: --zero ($zero against $ranks)"; fails=$((fails + 1))
+    fi
+    ranks=$("$work/train_llama2_c" --device cuda --steps 40 --batch 24 --accumulate 2 --nccl 2>&1 | grep '^parameters: digest')
     if [ -n "$ranks" ] && [ "$ranks" = "$one" ]; then
         echo "PASS llama2_c: --nccl at one rank bit-identical to the run over MPI"
     else

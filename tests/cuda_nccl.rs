@@ -2,7 +2,8 @@
 //! world one GPU allows (NCCL refuses two ranks on one device): every
 //! call of `ranks::Nccl` with exact results, its errors, `CandlePlan`'s
 //! all-reduce and broadcast over NCCL against its MPI path on the CPU, bit
-//! for bit, and the watchdog aborting a call that waits past its timeout
+//! for bit, ZeRO over NCCL (`ZeroAdamW`'s moments on the GPU) against
+//! replicated AdamW steps on the CPU, and the watchdog aborting a call that waits past its timeout
 //! (in a child process, which must exit with status 3).
 //!
 //! A test binary without libtest's harness: without a device every check
@@ -25,7 +26,7 @@ use candle_nn::Init;
 use gpu_harness::{Check, Why, bits_of as bits};
 use scopetree::candle::CandleStore;
 use scopetree::ranks::{
-    CandlePlan, Error, Nccl, PlanOptions, Reduce, STALL_EXIT_CODE, SingleProcess,
+    CandlePlan, Error, Nccl, PlanOptions, Reduce, STALL_EXIT_CODE, SingleProcess, ZeroAdamW,
 };
 
 type R = Result<(), String>;
@@ -47,6 +48,10 @@ fn main() -> ExitCode {
         (
             "plan_broadcast_over_nccl_keeps_the_roots_values",
             plan_broadcast,
+        ),
+        (
+            "zero_over_nccl_with_moments_on_the_device_matches_the_cpus_replicated_steps",
+            zero,
         ),
         (
             "the_watchdog_aborts_a_call_past_its_timeout_and_exits_3",
@@ -291,6 +296,75 @@ fn plan_broadcast(dev: &Device) -> R {
         .map(|v| bits(v.as_tensor()))
         .collect::<Result<_, _>>()?;
     ensure!(after == before, "the root's values changed");
+    Ok(())
+}
+
+/// Three ZeRO steps over NCCL on the device (`reduce_scatter_nccl`,
+/// `ZeroAdamW` with its moments on the GPU, `all_gather_nccl`) against
+/// three replicated ones on the device (`all_reduce_nccl`, scopetree's
+/// AdamW), from the same gradients each step (the CPU's, moved, so exact
+/// copies): the values bit for bit, the moments on the device.
+fn zero(dev: &Device) -> R {
+    let nccl = Nccl::new(&SingleProcess, dev).why("init")?;
+    let params = candle_nn::ParamsAdamW {
+        lr: 0.01,
+        weight_decay: 0.1,
+        ..candle_nn::ParamsAdamW::default()
+    };
+    let cpu = mixed(&Device::Cpu)?;
+    let cvars = CandlePlan::new(&SingleProcess, &cpu, &PlanOptions::new())
+        .why("plan")?
+        .vars()
+        .to_vec();
+    let rep = mixed(dev)?;
+    let mut rplan = CandlePlan::new(&SingleProcess, &rep, &PlanOptions::new()).why("plan")?;
+    let mut ropt = scopetree::candle::AdamW::for_store(&rep, "", params.clone()).why("adamw")?;
+    let zero = mixed(dev)?;
+    let mut zplan = CandlePlan::new(&SingleProcess, &zero, &PlanOptions::new()).why("plan")?;
+    let mut zopt = ZeroAdamW::new(&SingleProcess, &zplan, params).why("zero")?;
+    let (rvars, zvars) = (rplan.vars().to_vec(), zplan.vars().to_vec());
+    let before: Vec<Vec<u64>> = rvars
+        .iter()
+        .map(|v| bits(v.as_tensor()))
+        .collect::<Result<_, _>>()?;
+    for step in 0..3 {
+        let what = format!("step {step}");
+        // The gradients at the replicated run's values, on the CPU.
+        for (c, r) in cvars.iter().zip(&rvars) {
+            c.set(&r.as_tensor().to_device(&Device::Cpu).why("to cpu")?)
+                .why("set")?;
+        }
+        let g = grads_of(&cvars)?;
+        let mut rg = moved(&g, &cvars, &rvars)?;
+        let mut zg = moved(&g, &cvars, &zvars)?;
+        rplan
+            .all_reduce_nccl(&SingleProcess, &nccl, &mut rg, Reduce::Mean)
+            .why(&what)?;
+        candle_nn::Optimizer::step(&mut ropt, &rg).why(&what)?;
+        zplan
+            .reduce_scatter_nccl(&SingleProcess, &nccl, &mut zg, Reduce::Mean)
+            .why(&what)?;
+        zopt.step(&zg).why(&what)?;
+        zplan.all_gather_nccl(&SingleProcess, &nccl).why(&what)?;
+    }
+    let mut after = Vec::new();
+    for (r, z) in rvars.iter().zip(&zvars) {
+        let b = bits(r.as_tensor())?;
+        ensure!(
+            b == bits(z.as_tensor())?,
+            "ZeRO and the replicated steps differ"
+        );
+        ensure!(z.device().same_device(dev), "a variable left the device");
+        after.push(b);
+    }
+    ensure!(after != before, "nothing moved");
+    for m in zopt.state().all_vars().why("state")? {
+        if m.dims().is_empty() {
+            continue; // the step count, on the CPU
+        }
+        ensure!(m.device().same_device(dev), "a moment is not on the GPU");
+    }
+    ensure!(zopt.step_count().why("count")? == 3, "three steps");
     Ok(())
 }
 

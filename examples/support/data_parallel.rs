@@ -76,6 +76,31 @@ impl Transport {
         }
         Ok(plan.all_reduce(world, grads, Reduce::Mean)?)
     }
+
+    /// ZeRO's first half: the ranks' mean of each rank's slice of `grads`.
+    #[allow(dead_code)] // train_char_gru has no --zero
+    pub fn reduce_scatter(
+        &self,
+        plan: &mut CandlePlan,
+        world: &dyn Collective,
+        grads: &mut GradStore,
+    ) -> Res<()> {
+        #[cfg(feature = "nccl")]
+        if let Some(nccl) = &self.nccl {
+            return Ok(plan.reduce_scatter_nccl(world, nccl, grads, Reduce::Mean)?);
+        }
+        Ok(plan.reduce_scatter(world, grads, Reduce::Mean)?)
+    }
+
+    /// ZeRO's second half: every rank's slice of the values, from its owner.
+    #[allow(dead_code)] // train_char_gru has no --zero
+    pub fn all_gather(&self, plan: &mut CandlePlan, world: &dyn Collective) -> Res<()> {
+        #[cfg(feature = "nccl")]
+        if let Some(nccl) = &self.nccl {
+            return Ok(plan.all_gather_nccl(world, nccl)?);
+        }
+        Ok(plan.all_gather(world)?)
+    }
 }
 
 /// This rank's micro-batches of a global batch of `batch` windows: the

@@ -55,7 +55,7 @@
 //! | `layout/` | `partition.rs`, `sliced.rs`, `slices.rs` | how variables and optimizer state are cut across ranks: [`Partition`] (ZeRO stage 1), [`SlicedState`], and moving sliced state between whole tensors and the ranks' pieces |
 //! | `plan/` | `options.rs`, `agree.rs`, `buckets.rs`, `bucketed.rs`, `consistency.rs`, `scatter.rs`, `sync_plan.rs`, `zero.rs` | [`SyncPlan`] and its collectives: [`PlanOptions`], [`Reduce`], agreement on failures and arguments, the bucketed all-reduce and broadcast, the consistency check, ZeRO's reduce-scatter and all-gather |
 //! | `checkpoints/` | `checkpoint.rs`, `state_shards.rs`, `shards.rs`, `manager.rs`, `async_save.rs` | [`SyncPlan`]'s checkpoints across ranks: on one rank (`save_on_root`, `load_on_all`), by every rank (`save_shards`, `load_shards`, the sliced state's shards), [`CheckpointManager`], [`AsyncSaver`] |
-//! | `candle/` | `plan.rs`, `in_place.rs`, `shards.rs`, `staging.rs` | `CandlePlan` (feature `candle`), with `all_reduce_in_place` and its sharded checkpoints |
+//! | `candle/` | `plan.rs`, `in_place.rs`, `shards.rs`, `staging.rs`, `zero.rs`, `zero_adamw.rs` | `CandlePlan` (feature `candle`), with `all_reduce_in_place`, its sharded checkpoints and ZeRO stage 1 (`ZeroAdamW`) |
 //! | `nccl/` | `comm.rs`, `plan.rs` | `Nccl` (feature `nccl`): NCCL's collectives over CUDA tensors, started over any [`Collective`], and `CandlePlan`'s all-reduce and broadcast over it |
 //!
 //! Synchronised values are `Vec`, `Box<[_]>` and
@@ -101,6 +101,8 @@ mod vars;
 
 #[cfg(feature = "candle")]
 pub use candle::plan::CandlePlan;
+#[cfg(feature = "candle")]
+pub use candle::zero_adamw::ZeroAdamW;
 pub use checkpoints::async_save::{AsyncSaver, SaveStarted};
 pub use checkpoints::manager::{CheckpointManager, LATEST_FILE};
 pub use checkpoints::plans::ShardedPlan;

@@ -10,6 +10,8 @@
 //! | `plan.rs` | [`CandlePlan`](crate::ranks::CandlePlan): agreement, broadcast, all-reduce, consistency, checkpoints on one rank |
 //! | `shards.rs` | `CandlePlan`'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
 //! | `staging.rs` | `CandlePlan` as a [`ShardedPlan`](crate::ranks::ShardedPlan): kept by a `CheckpointManager`, written beside training by an `AsyncSaver` |
+//! | `zero.rs` | ZeRO stage 1 for `CandlePlan`: its partition, `reduce_scatter` of a `GradStore`, `all_gather` of the `Var`s |
+//! | `zero_adamw.rs` | [`ZeroAdamW`](crate::ranks::ZeroAdamW): AdamW over one rank's slice, its moments on the device |
 //!
 //! It may import every room of the layer: `checkpoints/`, `plan/`,
 //! `layout/`, `vars/`, `transport/` and `error.rs`.
@@ -18,3 +20,5 @@ pub(super) mod in_place;
 pub(super) mod plan;
 pub(super) mod shards;
 pub(super) mod staging;
+pub(super) mod zero;
+pub(super) mod zero_adamw;

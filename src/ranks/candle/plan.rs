@@ -17,6 +17,7 @@ use crate::candle::CandleStore;
 use crate::checkpoint::{self, Dtype, LoadOptions, LoadReport, SaveReport};
 use crate::ranks::checkpoints::checkpoint::header_fits;
 use crate::ranks::error::Error;
+use crate::ranks::layout::partition::Partition;
 use crate::ranks::plan::agree::{Same, settle, show_count, start};
 use crate::ranks::plan::bucketed::{Lane, broadcast_values};
 use crate::ranks::plan::consistency::compare_values;
@@ -101,6 +102,8 @@ pub struct CandlePlan {
     /// Whether host tensors go through the staged path of device tensors
     /// too (the unit tests' way to drive that path without a GPU).
     stage_all: bool,
+    /// ZeRO's cut of the variables into one slice per rank.
+    pub(in crate::ranks) partition: Partition,
 }
 
 impl std::fmt::Debug for CandlePlan {
@@ -418,7 +421,9 @@ impl CandlePlan {
                 .zip(&nbytes)
                 .map(|(e, &n)| (e.dtype, n))
         };
+        let partition = Partition::new(&manifest, comm.size())?;
         Ok(Self {
+            partition,
             f32s: Lane::new(kinds(), opts),
             f64s: Lane::new(kinds(), opts),
             byte_cap: opts.cap(1),

@@ -598,6 +598,11 @@ pub(in crate::ranks) trait DeviceCollective {
     fn queue_all_reduce(&self, out: &Tensor) -> Result<(), Error>;
     /// Queues an in-place broadcast of `out` from `root`.
     fn queue_broadcast(&self, root: usize, out: &Tensor) -> Result<(), Error>;
+    /// Queues the sum of `src` over the ranks, block `rank` of it (of
+    /// `out`'s length) into `out`.
+    fn queue_reduce_scatter(&self, src: &Tensor, out: &Tensor) -> Result<(), Error>;
+    /// Queues every rank's `src` into `out`, in rank order.
+    fn queue_all_gather(&self, src: &Tensor, out: &Tensor) -> Result<(), Error>;
     /// Waits for the queued calls.
     fn wait(&self, op: &'static str) -> Result<(), Error>;
 }
@@ -626,6 +631,14 @@ impl DeviceCollective for Nccl {
     fn queue_broadcast(&self, root: usize, out: &Tensor) -> Result<(), Error> {
         check_root(root, self.size)?;
         self.queue(Call::Broadcast(root), out)
+    }
+
+    fn queue_reduce_scatter(&self, src: &Tensor, out: &Tensor) -> Result<(), Error> {
+        self.queue(Call::ReduceScatterSum(src), out)
+    }
+
+    fn queue_all_gather(&self, src: &Tensor, out: &Tensor) -> Result<(), Error> {
+        self.queue(Call::AllGather(src), out)
     }
 
     fn wait(&self, op: &'static str) -> Result<(), Error> {

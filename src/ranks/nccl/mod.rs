@@ -8,6 +8,8 @@
 //! |---|---|
 //! | `comm.rs` | [`Nccl`](crate::ranks::Nccl): the communicator, its calls on the device's stream, the watchdog that aborts it |
 //! | `plan.rs` | `CandlePlan::all_reduce_nccl` and `CandlePlan::broadcast_nccl`: the plan's buckets and agreement over NCCL |
+//! | `zero.rs` | `CandlePlan::reduce_scatter_nccl` and `CandlePlan::all_gather_nccl`: ZeRO stage 1 on the device |
 
 pub(super) mod comm;
 pub(super) mod plan;
+pub(super) mod zero;

@@ -90,24 +90,8 @@ impl CandlePlan {
                 .and_then(|()| comm.all_reduce_sum_f64(&self.present, &mut self.present_sum))
         };
         let done = agreed.and_then(|()| {
-            // A mean divides each sum by the ranks (element by element, in
-            // the gradient's type, as the MPI path), queued after its NCCL
-            // call on the same stream; one divisor per float type.
-            let divisors = match op {
-                Reduce::Sum => None,
-                Reduce::Mean => {
-                    let n = Tensor::new(nccl.size() as f64, nccl.device());
-                    let n = n.and_then(|n| Ok([n.to_dtype(DType::F32)?, n]));
-                    Some(n.map_err(|e| candle("the ranks' count", e))?)
-                }
-            };
-            let mean = |t: Tensor, i: usize| -> Result<Tensor, Error> {
-                let Some([n32, n64]) = &divisors else {
-                    return Ok(t);
-                };
-                let n = if t.dtype() == DType::F32 { n32 } else { n64 };
-                (t.broadcast_div(n)).map_err(|e| candle(&self.manifest.entries()[i].key, e))
-            };
+            let divisors = Divisors::new(nccl, op)?;
+            let mean = |t: Tensor, i: usize| divisors.mean(t, &self.manifest.entries()[i].key);
             let (f32s, f32_direct) = self.f32s.layout();
             let (f64s, f64_direct) = self.f64s.layout();
             let mut reduced = Vec::new();
@@ -192,7 +176,7 @@ impl CandlePlan {
 
     /// Elements `start..start + len` of variable `i`'s gradient (flat), or
     /// zeros where this rank has none.
-    fn source_or_zeros<D: DeviceCollective + ?Sized>(
+    pub(super) fn source_or_zeros<D: DeviceCollective + ?Sized>(
         &self,
         nccl: &D,
         i: usize,
@@ -208,7 +192,7 @@ impl CandlePlan {
     }
 
     /// Checks that every variable and gradient is on `nccl`'s device.
-    fn on_device<D: DeviceCollective + ?Sized>(
+    pub(super) fn on_device<D: DeviceCollective + ?Sized>(
         &self,
         nccl: &D,
         op: &'static str,
@@ -315,7 +299,7 @@ impl CandlePlan {
 
 /// Checks that `comm` and `nccl` are the same world seen from the same
 /// rank.
-fn same_world<C: Collective + ?Sized, D: DeviceCollective + ?Sized>(
+pub(super) fn same_world<C: Collective + ?Sized, D: DeviceCollective + ?Sized>(
     comm: &C,
     nccl: &D,
     op: &'static str,
@@ -337,6 +321,35 @@ fn same_world<C: Collective + ?Sized, D: DeviceCollective + ?Sized>(
     }
 }
 
+/// What a mean divides by on the device: the ranks' count, one tensor per
+/// float type, made once per call.
+pub(super) struct Divisors(Option<[Tensor; 2]>);
+
+impl Divisors {
+    /// The divisors of `op` (none for a sum) on `nccl`'s device.
+    pub(super) fn new<D: DeviceCollective + ?Sized>(nccl: &D, op: Reduce) -> Result<Self, Error> {
+        match op {
+            Reduce::Sum => Ok(Self(None)),
+            Reduce::Mean => {
+                let n = Tensor::new(nccl.size() as f64, nccl.device());
+                let n = n.and_then(|n| Ok([n.to_dtype(DType::F32)?, n]));
+                Ok(Self(Some(n.map_err(|e| candle("the ranks' count", e))?)))
+            }
+        }
+    }
+
+    /// `t` divided by the ranks for a mean (element by element, in `t`'s
+    /// type, as the MPI path divides), queued after its NCCL call on the
+    /// same stream; `t` itself for a sum. `key` names it in an error.
+    pub(super) fn mean(&self, t: Tensor, key: &str) -> Result<Tensor, Error> {
+        let Some([n32, n64]) = &self.0 else {
+            return Ok(t);
+        };
+        let n = if t.dtype() == DType::F32 { n32 } else { n64 };
+        t.broadcast_div(n).map_err(|e| candle(key, e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use candle_core::{CpuStorage, DType, Device, InplaceOp1, Layout, Var};
@@ -347,13 +360,14 @@ mod tests {
     use crate::ranks::PlanOptions;
     use crate::ranks::transport::collective::Digest;
 
-    /// `n` ranks that hold the same values, seen from rank 0: every sum is
-    /// `n` times this rank's value, every gather `n` copies of it.
-    struct Mirror(usize);
+    /// `n` ranks that hold the same values, seen from rank `r`
+    /// (`Mirror(n, r)`): every sum is `n` times this rank's value, every
+    /// gather `n` copies of it.
+    struct Mirror(usize, usize);
 
     impl Collective for Mirror {
         fn rank(&self) -> usize {
-            0
+            self.1
         }
         fn size(&self) -> usize {
             self.0
@@ -400,6 +414,7 @@ mod tests {
     /// in place by the ranks, a broadcast leaves the root's values.
     struct Scaled {
         ranks: usize,
+        rank: usize,
         device: Device,
     }
 
@@ -422,7 +437,7 @@ mod tests {
 
     impl DeviceCollective for Scaled {
         fn rank(&self) -> usize {
-            0
+            self.rank
         }
         fn size(&self) -> usize {
             self.ranks
@@ -441,6 +456,20 @@ mod tests {
         }
         fn queue_broadcast(&self, root: usize, _out: &Tensor) -> Result<(), Error> {
             check_root(root, self.ranks)
+        }
+        fn queue_reduce_scatter(&self, src: &Tensor, out: &Tensor) -> Result<(), Error> {
+            // Every rank's block is this rank's: `ranks` times it.
+            let n = out.elem_count();
+            let mine = src.narrow(0, self.rank * n, n);
+            mine.and_then(|m| out.slice_set(&m, 0, 0))
+                .and_then(|()| out.inplace_op1(&Times(self.ranks as f64)))
+                .map_err(|e| candle("reduce-scatter", e))
+        }
+        fn queue_all_gather(&self, src: &Tensor, out: &Tensor) -> Result<(), Error> {
+            for r in 0..self.ranks {
+                (out.slice_set(src, 0, r * src.elem_count())).map_err(|e| candle("gather", e))?;
+            }
+            Ok(())
         }
         fn wait(&self, _: &'static str) -> Result<(), Error> {
             Ok(())
@@ -505,7 +534,7 @@ mod tests {
         ] {
             for ranks in [1, 3, 4] {
                 for op in [Reduce::Sum, Reduce::Mean] {
-                    let world = Mirror(ranks);
+                    let world = Mirror(ranks, 0);
                     let store = model();
                     let mut plan = CandlePlan::new(&world, &store, &opts).unwrap();
                     let vars = plan.vars().to_vec();
@@ -516,6 +545,7 @@ mod tests {
                     let before = bits(&dev, &vars);
                     let nccl = Scaled {
                         ranks,
+                        rank: 0,
                         device: Device::Cpu,
                     };
                     plan.all_reduce_device(&world, &nccl, &mut dev, op).unwrap();
@@ -534,9 +564,74 @@ mod tests {
         }
     }
 
+    /// Every variable's bits.
+    fn values(vars: &[Var]) -> Vec<Vec<u64>> {
+        (vars.iter())
+            .map(|v| {
+                let t = v.flatten_all().unwrap().to_dtype(DType::F64).unwrap();
+                t.to_vec1::<f64>()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.to_bits())
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_device_zero_path_gives_the_mpi_paths_bits() {
+        // Buckets of 64 bytes: the MPI path in several rounds; the device
+        // path in one call per float type whatever the bucket.
+        for opts in [PlanOptions::new().bucket_bytes(64), PlanOptions::new()] {
+            // Seen from every rank: a slice that starts inside a variable
+            // is written at its offset.
+            for (ranks, rank) in [(1, 0), (3, 0), (3, 1), (3, 2), (4, 1), (4, 3)] {
+                let nccl = Scaled {
+                    ranks,
+                    rank,
+                    device: Device::Cpu,
+                };
+                let world = Mirror(ranks, rank);
+                for op in [Reduce::Sum, Reduce::Mean] {
+                    let store = model();
+                    let mut plan = CandlePlan::new(&world, &store, &opts).unwrap();
+                    let vars = plan.vars().to_vec();
+                    let mut host = grads(&vars);
+                    plan.reduce_scatter(&world, &mut host, op).unwrap();
+                    let mut dev = grads(&vars);
+                    let before = bits(&dev, &vars);
+                    plan.reduce_scatter_device(&world, &nccl, &mut dev, op)
+                        .unwrap();
+                    let what = format!("{opts:?} rank {rank} of {ranks} {op:?}");
+                    let want = bits(&host, &vars);
+                    assert!(bits(&dev, &vars) == want, "{what}: the sums differ");
+                    assert!(want[0].is_none(), "{what}: `a` got a gradient");
+                    if ranks > 1 && op == Reduce::Sum {
+                        assert!(want != before, "{what}: the sum changed nothing");
+                    }
+                }
+                // The gather: the same values into two stores alike.
+                let (s1, s2) = (model(), model());
+                let mut p1 = CandlePlan::new(&world, &s1, &opts).unwrap();
+                let mut p2 = CandlePlan::new(&world, &s2, &opts).unwrap();
+                let before = values(p1.vars());
+                p1.all_gather(&world).unwrap();
+                p2.all_gather_device(&world, &nccl).unwrap();
+                let what = format!("{opts:?} rank {rank} of {ranks}, all-gather");
+                assert!(
+                    values(p1.vars()) == values(p2.vars()),
+                    "{what}: the values differ"
+                );
+                // (Every rank's slice is this rank's values here, so the
+                // other slices change at more than one rank.)
+                assert_eq!(values(p1.vars()) == before, ranks == 1, "{what}");
+            }
+        }
+    }
+
     #[test]
     fn a_failed_check_changes_no_gradient() {
-        let world = Mirror(2);
+        let world = Mirror(2, 0);
         let store = model();
         let mut plan = CandlePlan::new(&world, &store, &PlanOptions::new()).unwrap();
         let vars = plan.vars().to_vec();
@@ -550,6 +645,7 @@ mod tests {
         let before_bad = bits_lenient(&g, &vars);
         let nccl = Scaled {
             ranks: 2,
+            rank: 0,
             device: Device::Cpu,
         };
         let err = plan
@@ -565,6 +661,7 @@ mod tests {
         let mut g = grads(&vars);
         let other = Scaled {
             ranks: 3,
+            rank: 0,
             device: Device::Cpu,
         };
         let err = plan

@@ -1,0 +1,338 @@
+//! ZeRO stage 1 for a [`CandlePlan`]: its [`partition`](CandlePlan::partition),
+//! the [`reduce_scatter`](CandlePlan::reduce_scatter) of the gradients in a
+//! candle `GradStore` and the [`all_gather`](CandlePlan::all_gather) of the
+//! parameters, on any device, through host buffers of at most a bucket.
+
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Tensor, WithDType};
+
+use super::plan::{CandlePlan, candle};
+use crate::ranks::error::Error;
+use crate::ranks::layout::partition::{Partition, Piece};
+use crate::ranks::plan::agree::{Same, settle, show_count};
+use crate::ranks::plan::options::Reduce;
+use crate::ranks::transport::collective::Collective;
+use crate::ranks::vars::values::Float;
+
+/// One rank's pieces of one float type, laid end to end.
+pub(in crate::ranks) struct Laid {
+    pieces: Vec<Piece>,
+    /// Where each piece ends in the concatenation.
+    ends: Vec<usize>,
+}
+
+impl Laid {
+    /// `pieces`, laid end to end. O(pieces).
+    fn new(pieces: Vec<Piece>) -> Self {
+        let ends = (pieces.iter())
+            .scan(0, |at, p| {
+                *at += p.len;
+                Some(*at)
+            })
+            .collect();
+        Self { pieces, ends }
+    }
+
+    /// The number of elements. O(1).
+    fn len(&self) -> usize {
+        self.ends.last().copied().unwrap_or(0)
+    }
+
+    /// The parts of the pieces that the elements `at..at + n` of their
+    /// concatenation cover: `(piece, first element within it, length)`, in
+    /// order. O(log pieces + parts).
+    fn parts(&self, at: usize, n: usize) -> impl Iterator<Item = (Piece, usize, usize)> + '_ {
+        let first = self.ends.partition_point(|&end| end <= at);
+        (self.pieces[first..].iter().zip(&self.ends[first..]))
+            .map(move |(&p, &hi)| {
+                let lo = hi - p.len;
+                let (a, b) = (lo.max(at), hi.min(at + n));
+                (p, a, b, lo)
+            })
+            .take_while(|&(_, a, b, _)| a < b)
+            .map(|(p, a, b, lo)| (p, a - lo, b - a))
+    }
+}
+
+/// The elements `start..start + len` of the flattened `t`, copied to the
+/// host (from any device).
+fn read<F: WithDType>(t: &Tensor, start: usize, len: usize) -> candle_core::Result<Vec<F>> {
+    t.flatten_all()?.narrow(0, start, len)?.to_vec1::<F>()
+}
+
+/// Writes `values` into the elements from `start` of the flattened `t`, in
+/// `t`'s own storage (on its device). `t` must be contiguous.
+pub(in crate::ranks) fn write<F: WithDType>(
+    t: &Tensor,
+    start: usize,
+    values: &[F],
+) -> candle_core::Result<()> {
+    let src = Tensor::from_slice(values, values.len(), t.device())?;
+    t.flatten_all()?.slice_set(&src, 0, start)
+}
+
+impl CandlePlan {
+    /// ZeRO's cut of the plan's variables into one contiguous slice per
+    /// rank, by [`Partition`]'s rule over the manifest: every rank computes
+    /// the same cut, a variable may be split between ranks, and each slice
+    /// holds about 1/N of the bytes. [`reduce_scatter`](Self::reduce_scatter),
+    /// [`ZeroAdamW`](crate::ranks::ZeroAdamW) and
+    /// [`all_gather`](Self::all_gather) follow it. O(1).
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// candle_nn::linear(3, 2, store.var_builder(DType::F32, &Device::Cpu))?;
+    /// let plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    /// assert_eq!(plan.partition().bytes(0), 8 * 4); // a world of one owns it all
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn partition(&self) -> &Partition {
+        &self.partition
+    }
+
+    /// Sums (or averages) over the ranks the gradients of each rank's own
+    /// slice of the variables ([`partition`](Self::partition)), the first
+    /// half of a ZeRO step: afterwards, on each rank, the elements of its
+    /// slice in `grads` hold the reduced gradients, bit for bit those of
+    /// [`all_reduce`](Self::all_reduce) where the transport adds in the
+    /// same order (always at 2 ranks), and the other elements keep this
+    /// rank's own. Hand `grads` to [`ZeroAdamW`](crate::ranks::ZeroAdamW),
+    /// which reads the slice only. A collective call.
+    ///
+    /// Each rank's slice goes to it by `MPI_Reduce` (`f32` variables, then
+    /// `f64` ones), in calls of at most a bucket; every gradient, on any
+    /// device, is read to the host one piece part at a time and each
+    /// reduced part is written on the device into a fresh copy of this
+    /// rank's gradient (zeros where it has none) that replaces it in
+    /// `grads`. Missing gradients count as zeros, and a variable no rank
+    /// has a gradient of stays without one, as in
+    /// [`all_reduce`](Self::all_reduce). Host memory: two buffers of at
+    /// most a bucket. O(bytes) per rank read, O(slice) written, plus the
+    /// transport and the agreement's all-gather of 16 bytes per rank.
+    ///
+    /// # Errors
+    /// As [`all_reduce`](Self::all_reduce): on every rank
+    /// [`Error::ArgumentsDiffer`] when the ranks pass different `op`s; on a
+    /// rank whose gradient of a variable has another dtype or shape than the
+    /// variable, [`Error::Changed`], or whose gradient cannot be read,
+    /// [`Error::Candle`], and on the others [`Error::PeerFailed`]; `grads`
+    /// is unchanged then. Should candle fail after the exchange
+    /// ([`Error::Candle`]), `grads` is unchanged on that rank only.
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, Reduce, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// let w = store.get(3, "w", candle_nn::Init::Const(2.0), DType::F32, &Device::Cpu)?;
+    /// let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    /// let mut grads = w.sqr()?.sum_all()?.backward()?;
+    /// plan.reduce_scatter(&SingleProcess, &mut grads, Reduce::Mean)?;
+    /// assert_eq!(grads.get(&w).expect("a gradient").to_vec1::<f32>()?, [4.0; 3]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reduce_scatter<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        grads: &mut GradStore,
+        op: Reduce,
+    ) -> Result<(), Error> {
+        let _watch = self.watch(comm, "reduce-scatter");
+        let local = self.gradients(grads);
+        let done = settle(
+            comm,
+            &mut self.gathered,
+            "reduce-scatter",
+            local,
+            Some(op.same()),
+        );
+        let done = done.and_then(|()| {
+            comm.all_reduce_sum_f64(&self.present, &mut self.present_sum)?;
+            // This rank's results: a fresh copy of each gradient of its
+            // slice (its own storage, so the writes touch nothing else).
+            let me = comm.rank();
+            let mut out: Vec<Option<Tensor>> = vec![None; self.vars.len()];
+            for p in self.partition.pieces(me) {
+                if self.present_sum[p.var] == 0.0 {
+                    continue;
+                }
+                let key = &self.manifest.entries()[p.var].key;
+                let fresh = match &self.sources[p.var] {
+                    Some(g) => g.copy(),
+                    None => self.vars[p.var].zeros_like(),
+                };
+                out[p.var] = Some(fresh.map_err(|e| candle(key, e))?);
+            }
+            self.scatter_lane::<f32, C>(comm, DType::F32, op, &out)?;
+            self.scatter_lane::<f64, C>(comm, DType::F64, op, &out)?;
+            for (v, t) in self.vars.iter().zip(out) {
+                if let Some(t) = t {
+                    grads.insert(v.as_tensor(), t);
+                }
+            }
+            Ok(())
+        });
+        self.sources.clear();
+        done
+    }
+
+    /// The pieces of rank `r`'s slice of `dtype` (those that some rank has
+    /// a gradient of when `present`: the same on every rank). O(pieces of
+    /// `r`).
+    pub(in crate::ranks) fn lane_pieces(
+        &self,
+        r: usize,
+        dtype: DType,
+        present: bool,
+    ) -> Vec<Piece> {
+        (self.partition.pieces(r).iter())
+            .filter(|p| self.vars[p.var].dtype() == dtype)
+            .filter(|p| !present || self.present_sum[p.var] != 0.0)
+            .copied()
+            .collect()
+    }
+
+    /// [`reduce_scatter`](Self::reduce_scatter) of the `dtype` variables:
+    /// rank by rank, that rank's pieces laid end to end and reduced to it in
+    /// calls of at most a bucket; the owner writes its sums into `out`.
+    fn scatter_lane<F: Float + WithDType, C: Collective + ?Sized>(
+        &self,
+        comm: &C,
+        dtype: DType,
+        op: Reduce,
+        out: &[Option<Tensor>],
+    ) -> Result<(), Error> {
+        let cap = (self.byte_cap / std::mem::size_of::<F>()).max(1);
+        let ranks = F::of_count(comm.size());
+        let keys = self.manifest.entries();
+        let (mut send, mut recv) = (Vec::<F>::new(), Vec::<F>::new());
+        for r in 0..comm.size() {
+            let pieces = Laid::new(self.lane_pieces(r, dtype, true));
+            let total = pieces.len();
+            let mine = r == comm.rank();
+            let mut at = 0;
+            while at < total {
+                let n = cap.min(total - at);
+                send.clear();
+                for (p, from, len) in pieces.parts(at, n) {
+                    match &self.sources[p.var] {
+                        Some(g) => send.extend(
+                            read::<F>(g, p.start + from, len)
+                                .map_err(|e| candle(&keys[p.var].key, e))?,
+                        ),
+                        None => send.resize(send.len() + len, F::zeroed()),
+                    }
+                }
+                recv.clear();
+                recv.resize(if mine { n } else { 0 }, F::zeroed());
+                F::reduce_to(comm, r, &send, &mut recv)?;
+                if mine {
+                    if op == Reduce::Mean {
+                        for x in &mut recv {
+                            *x /= ranks;
+                        }
+                    }
+                    let mut k = 0;
+                    for (p, from, len) in pieces.parts(at, n) {
+                        if let Some(t) = &out[p.var] {
+                            write(t, p.start + from, &recv[k..k + len])
+                                .map_err(|e| candle(&keys[p.var].key, e))?;
+                        }
+                        k += len;
+                    }
+                }
+                at += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies each rank's slice of the variables ([`partition`](Self::partition))
+    /// from that rank into the same `Var`s on every rank, the second half
+    /// of a ZeRO step: after each rank stepped its own slice
+    /// ([`ZeroAdamW`](crate::ranks::ZeroAdamW)), every rank holds all the
+    /// updated parameters, bit for bit. A collective call.
+    ///
+    /// `f32` variables, then `f64` ones: each rank's pieces laid end to end,
+    /// read to the host and exchanged by `MPI_Allgather` in rounds of at
+    /// most a bucket per rank (each rank's padded to the largest rank's),
+    /// and written in place into the variables' storage on their devices
+    /// (the model sees them, as with `Var::set`). Host memory: `size + 1`
+    /// buffers of at most a bucket. O(bytes) per rank written, O(slice)
+    /// read, plus the transport and the agreement's all-gather of 16 bytes
+    /// per rank.
+    ///
+    /// # Errors
+    /// On every rank [`Error::ArgumentsDiffer`] when the ranks' slices
+    /// differ in size (plans of different worlds). [`Error::Candle`] if a
+    /// variable cannot be read or written; the variables written before it
+    /// keep their new values then.
+    ///
+    /// ```
+    /// use candle_core::{DType, Device};
+    /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, SingleProcess}};
+    /// let store = CandleStore::new();
+    /// let w = store.get(3, "w", candle_nn::Init::Const(0.5), DType::F64, &Device::Cpu)?;
+    /// let mut plan = CandlePlan::new(&SingleProcess, &store, &PlanOptions::new())?;
+    /// plan.all_gather(&SingleProcess)?;
+    /// assert_eq!(w.to_vec1::<f64>()?, [0.5; 3]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn all_gather<C: Collective + ?Sized>(&mut self, comm: &C) -> Result<(), Error> {
+        let _watch = self.watch(comm, "all-gather");
+        let part = &self.partition;
+        let block = (0..part.ranks()).map(|r| part.bytes(r)).max().unwrap_or(0);
+        let same: Same = ("slice sizes", block as u64, show_count);
+        settle(comm, &mut self.gathered, "all-gather", Ok(()), Some(same))?;
+        self.gather_lane::<f32, C>(comm, DType::F32)?;
+        self.gather_lane::<f64, C>(comm, DType::F64)
+    }
+
+    /// [`all_gather`](Self::all_gather) of the `dtype` variables.
+    fn gather_lane<F: Float + WithDType, C: Collective + ?Sized>(
+        &self,
+        comm: &C,
+        dtype: DType,
+    ) -> Result<(), Error> {
+        let size = std::mem::size_of::<F>();
+        let cap = (self.byte_cap / size).max(1);
+        let (me, world) = (comm.rank(), comm.size());
+        let keys = self.manifest.entries();
+        let pieces: Vec<Laid> = (0..world)
+            .map(|r| Laid::new(self.lane_pieces(r, dtype, false)))
+            .collect();
+        let longest = pieces.iter().map(Laid::len).max().unwrap_or(0);
+        let (mut send, mut recv) = (Vec::<F>::new(), Vec::<u8>::new());
+        let mut at = 0;
+        while at < longest {
+            let n = cap.min(longest - at);
+            send.clear();
+            for (p, from, len) in pieces[me].parts(at, n) {
+                let v = &self.vars[p.var];
+                send.extend(
+                    read::<F>(v.as_tensor(), p.start + from, len)
+                        .map_err(|e| candle(&keys[p.var].key, e))?,
+                );
+            }
+            send.resize(n, F::zeroed());
+            recv.clear();
+            recv.resize(n * size * world, 0);
+            comm.all_gather_bytes(bytemuck::cast_slice(&send), &mut recv)?;
+            for r in (0..world).filter(|&r| r != me) {
+                let block = &recv[r * n * size..(r + 1) * n * size];
+                let mut k = 0;
+                for (p, from, len) in pieces[r].parts(at, n) {
+                    let values: Vec<F> = (block[k * size..(k + len) * size].chunks_exact(size))
+                        .map(bytemuck::pod_read_unaligned)
+                        .collect();
+                    write(self.vars[p.var].as_tensor(), p.start + from, &values)
+                        .map_err(|e| candle(&keys[p.var].key, e))?;
+                    k += len;
+                }
+            }
+            at += n;
+        }
+        Ok(())
+    }
+}

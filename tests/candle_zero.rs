@@ -1,0 +1,358 @@
+//! ZeRO stage 1 over a candle store (feature `candle`): `CandlePlan`'s
+//! `reduce_scatter` and `all_gather` with `ranks::ZeroAdamW` end
+//! bit-identical to the replicated step (`all_reduce` and scopetree's
+//! AdamW) at 1 to 4 ranks run as threads, whose sums add in rank order as
+//! the all-reduce's do; each rank keeps the moments of its slice only; and
+//! bad gradients change nothing; and (release mode) a ZeRO step costs
+//! O(variables), in buckets that cut the slice into many rounds. The same
+//! over MPI, at 2 ranks, is in `tests/ranks_mpi_candle.rs`.
+
+#[path = "support/thread_world.rs"]
+mod thread_world;
+#[path = "support/timing.rs"]
+mod timing;
+
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Device, Tensor};
+use candle_nn::{Init, ParamsAdamW};
+use scopetree::candle::{AdamW, CandleStore};
+use scopetree::ranks::{CandlePlan, Collective, Error, PlanOptions, Reduce, ZeroAdamW};
+
+type R = Result<(), Box<dyn std::error::Error>>;
+
+const CPU: Device = Device::Cpu;
+
+fn params() -> ParamsAdamW {
+    ParamsAdamW {
+        lr: 0.05,
+        weight_decay: 0.1,
+        ..ParamsAdamW::default()
+    }
+}
+
+/// A store of five variables of odd sizes (`f32` and `f64`), so that the
+/// ranks' slices split variables, with values that differ per element.
+fn store() -> candle_core::Result<CandleStore> {
+    let store = CandleStore::new();
+    let shapes: [(&str, &[usize], DType); 5] = [
+        ("a.w", &[3, 5], DType::F32),
+        ("b.bias", &[7], DType::F32),
+        ("c.v", &[2, 3], DType::F64),
+        ("d.unused", &[4], DType::F32),
+        ("e.head", &[11], DType::F32),
+    ];
+    for (i, (name, shape, dtype)) in shapes.into_iter().enumerate() {
+        store
+            .get(shape, name, Init::Const(0.0), dtype, &CPU)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let var = store
+            .var(name)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?
+            .ok_or_else(|| candle_core::Error::Msg(format!("{name} missing")))?;
+        let n = var.elem_count();
+        let values: Vec<f64> = (0..n)
+            .map(|k| ((i * 31 + k * 7) % 13) as f64 / 13.0 - 0.4)
+            .collect();
+        var.set(&Tensor::from_vec(values, shape, &CPU)?.to_dtype(dtype)?)?;
+    }
+    Ok(store)
+}
+
+/// `rank`'s gradients at `step`: every variable but `d.unused` (which none
+/// has) and `b.bias` (which only rank 1 has) takes part in the loss.
+fn grads(store: &CandleStore, rank: usize, step: usize) -> candle_core::Result<GradStore> {
+    let get = |n: &str| {
+        store
+            .var(n)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?
+            .ok_or_else(|| candle_core::Error::Msg(format!("{n} missing")))
+    };
+    let r = (rank * 3 + step) as f64;
+    let mut loss = Tensor::new(0.0_f32, &CPU)?;
+    for n in ["a.w", "e.head"] {
+        let v = get(n)?;
+        let c = (v.as_tensor().ones_like()? * (1.0 + r))?;
+        loss = (loss + (v.as_tensor().sqr()? * c)?.sum_all()?)?;
+    }
+    let cv = get("c.v")?;
+    loss = (loss
+        + (cv.as_tensor() * (0.5 - r))?
+            .sum_all()?
+            .to_dtype(DType::F32)?)?;
+    if rank == 1 {
+        loss = (loss + (get("b.bias")?.as_tensor() * 2.0)?.sum_all()?)?;
+    }
+    loss.backward()
+}
+
+/// Every variable's bits, in name order.
+fn bits(store: &CandleStore) -> Result<Vec<(String, Vec<u64>)>, String> {
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let mut out = Vec::new();
+    for (k, v) in store.named_vars().map_err(|x| e(&x))? {
+        let vals: Vec<f64> = v
+            .flatten_all()
+            .and_then(|t| t.to_dtype(DType::F64))
+            .and_then(|t| t.to_vec1())
+            .map_err(|x| e(&x))?;
+        out.push((k, vals.iter().map(|x| x.to_bits()).collect()));
+    }
+    Ok(out)
+}
+
+/// `steps` steps at `n` ranks, replicated and ZeRO, with `opts`: each
+/// rank's variables' bits after both, and the moments' elements ZeRO kept.
+fn run(n: usize, steps: usize, opts: &PlanOptions, op: Reduce) -> Vec<Result<Ranked, String>> {
+    thread_world::run(n, |world| -> Result<Ranked, String> {
+        let e = |x: &dyn std::fmt::Display| x.to_string();
+        let me = world.rank();
+        // Replicated: the all-reduce, then scopetree's AdamW everywhere.
+        let rep = store().map_err(|x| e(&x))?;
+        let mut plan = CandlePlan::new(world, &rep, opts).map_err(|x| e(&x))?;
+        let mut opt = AdamW::for_store(&rep, "", params()).map_err(|x| e(&x))?;
+        for step in 0..steps {
+            let mut g = grads(&rep, me, step).map_err(|x| e(&x))?;
+            plan.all_reduce(world, &mut g, op).map_err(|x| e(&x))?;
+            candle_nn::Optimizer::step(&mut opt, &g).map_err(|x| e(&x))?;
+        }
+        // ZeRO: the reduce-scatter, this rank's slice, the all-gather.
+        let zero = store().map_err(|x| e(&x))?;
+        let mut plan = CandlePlan::new(world, &zero, opts).map_err(|x| e(&x))?;
+        let mut zopt = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+        for step in 0..steps {
+            let mut g = grads(&zero, me, step).map_err(|x| e(&x))?;
+            plan.reduce_scatter(world, &mut g, op).map_err(|x| e(&x))?;
+            zopt.step(&g).map_err(|x| e(&x))?;
+            plan.all_gather(world).map_err(|x| e(&x))?;
+        }
+        let moments: usize = (zopt.state().all_vars().map_err(|x| e(&x))?.iter())
+            .map(|v| v.elem_count())
+            .sum::<usize>()
+            - 1; // the step count
+        Ok(Ranked {
+            replicated: bits(&rep)?,
+            zero: bits(&zero)?,
+            moments,
+            steps: zopt.step_count().map_err(|x| e(&x))?,
+        })
+    })
+}
+
+struct Ranked {
+    replicated: Vec<(String, Vec<u64>)>,
+    zero: Vec<(String, Vec<u64>)>,
+    moments: usize,
+    steps: u64,
+}
+
+#[test]
+fn zero_steps_end_bit_identical_to_replicated_ones_at_1_to_4_ranks() -> R {
+    let elems = 15 + 7 + 6 + 4 + 11;
+    for n in 1..=4 {
+        for (opts, op) in [
+            (PlanOptions::new(), Reduce::Mean),
+            // Buckets of 12 bytes: every slice in several rounds.
+            (PlanOptions::new().bucket_bytes(12), Reduce::Sum),
+        ] {
+            let out = run(n, 3, &opts, op);
+            let mut moments = 0;
+            let mut first: Option<Vec<(String, Vec<u64>)>> = None;
+            for (rank, got) in out.into_iter().enumerate() {
+                let got = got?;
+                let what = format!("{n} ranks, rank {rank}, {op:?}, {opts:?}");
+                assert_eq!(got.zero, got.replicated, "{what}");
+                // Every rank holds the same values, and they moved.
+                let reference = first.get_or_insert_with(|| got.zero.clone());
+                assert_eq!(&got.zero, reference, "{what}");
+                assert_eq!(got.steps, 3, "{what}");
+                moments += got.moments;
+            }
+            // The ranks' moments together: two per element, once.
+            assert_eq!(moments, 2 * elems, "{n} ranks");
+            let fresh = store()?;
+            let start = bits(&fresh)?;
+            let end = first.expect("ranks");
+            let moved: Vec<&str> = (start.iter().zip(&end))
+                .filter(|(a, b)| a.1 != b.1)
+                .map(|(a, _)| a.0.as_str())
+                .collect();
+            // `b.bias` has a gradient on rank 1 only, `d.unused` on none.
+            let want: &[&str] = if n > 1 {
+                &["a.w", "b.bias", "c.v", "e.head"]
+            } else {
+                &["a.w", "c.v", "e.head"]
+            };
+            assert_eq!(moved, want, "{n} ranks");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn each_rank_keeps_the_moments_of_its_own_slice_on_the_variables_device() -> R {
+    let out = thread_world::run(3, |world| -> Result<Vec<(String, Vec<usize>)>, String> {
+        let e = |x: &dyn std::fmt::Display| x.to_string();
+        let s = store().map_err(|x| e(&x))?;
+        let plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+        let opt = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+        let mut held = Vec::new();
+        for p in plan.partition().pieces(world.rank()) {
+            let key = &plan.manifest().entries()[p.var].key;
+            let m = opt.state().var(&format!("{key}.m")).map_err(|x| e(&x))?;
+            let m = m.ok_or_else(|| format!("{key}.m missing"))?;
+            if !m.device().is_cpu() || m.dtype() != plan.vars()[p.var].dtype() {
+                return Err(format!("{key}.m: {:?} {:?}", m.device(), m.dtype()));
+            }
+            held.push((key.clone(), m.dims().to_vec()));
+        }
+        Ok(held)
+    });
+    let mut per_var = std::collections::BTreeMap::<String, usize>::new();
+    for got in out {
+        for (k, dims) in got? {
+            *per_var.entry(k).or_default() += dims.iter().product::<usize>();
+        }
+    }
+    let want: std::collections::BTreeMap<String, usize> = [
+        ("a.w", 15),
+        ("b.bias", 7),
+        ("c.v", 6),
+        ("d.unused", 4),
+        ("e.head", 11),
+    ]
+    .into_iter()
+    .map(|(k, n)| (k.to_owned(), n))
+    .collect();
+    assert_eq!(per_var, want);
+    Ok(())
+}
+
+#[test]
+fn a_gradient_that_does_not_fit_changes_nothing() -> R {
+    let out = thread_world::run(2, |world| -> Result<(), String> {
+        let e = |x: &dyn std::fmt::Display| x.to_string();
+        let s = store().map_err(|x| e(&x))?;
+        let before = bits(&s)?;
+        let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+        let mut opt = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+        let mut g = grads(&s, world.rank(), 0).map_err(|x| e(&x))?;
+        let head = s.var("e.head").map_err(|x| e(&x))?.ok_or("e.head")?;
+        let kept = g.get(head.as_tensor()).cloned();
+        if world.rank() == 1 {
+            let wrong = Tensor::zeros(5, DType::F32, &CPU).map_err(|x| e(&x))?;
+            g.insert(head.as_tensor(), wrong);
+        }
+        match plan.reduce_scatter(world, &mut g, Reduce::Mean) {
+            Err(Error::Changed { key, .. }) if world.rank() == 1 && key == "e.head" => {}
+            Err(Error::PeerFailed { .. }) if world.rank() == 0 => {}
+            other => return Err(format!("rank {}: {other:?}", world.rank())),
+        }
+        // The gradients and the variables are as they were.
+        if world.rank() == 0 {
+            let now = g.get(head.as_tensor()).cloned();
+            let same = match (kept, now) {
+                (Some(a), Some(b)) => {
+                    a.to_vec1::<f32>().map_err(|x| e(&x))?
+                        == b.to_vec1::<f32>().map_err(|x| e(&x))?
+                }
+                _ => false,
+            };
+            if !same {
+                return Err("rank 0's gradient changed".into());
+            }
+        }
+        // The optimizer checks before it steps.
+        if world.rank() == 1 {
+            match opt.step(&g) {
+                Err(Error::Changed { key, .. }) if key == "e.head" => {}
+                other => return Err(format!("step: {other:?}")),
+            }
+            if opt.step_count().map_err(|x| e(&x))? != 0 {
+                return Err("the step count moved".into());
+            }
+        }
+        if bits(&s)? != before {
+            return Err(format!("rank {}: a variable changed", world.rank()));
+        }
+        Ok(())
+    });
+    for got in out {
+        got?;
+    }
+    Ok(())
+}
+
+#[test]
+fn an_optimizer_of_another_world_is_refused() -> R {
+    let s = store()?;
+    let plan = thread_world::run(2, |world| {
+        CandlePlan::new(world, &s, &PlanOptions::new()).map(|p| p.partition().clone())
+    });
+    let two = plan.into_iter().next().expect("a rank")?;
+    assert_eq!(two.ranks(), 2);
+    let one = CandlePlan::new(&scopetree::ranks::SingleProcess, &s, &PlanOptions::new())?;
+    let out = thread_world::run(2, |world| ZeroAdamW::new(world, &one, params()).map(|_| ()));
+    for got in out {
+        assert!(
+            matches!(got, Err(Error::BadRank { size: 1, .. })),
+            "{got:?}"
+        );
+    }
+    Ok(())
+}
+
+/// A ZeRO step's state for the scaling test: `n` variables of 4 `f32`s,
+/// their gradients, the plan (buckets of 64 bytes: 4 variables a round)
+/// and the optimizer.
+struct Step {
+    plan: CandlePlan,
+    opt: ZeroAdamW,
+    grads: Vec<(candle_core::Var, Tensor)>,
+}
+
+fn step_state(n: usize) -> Step {
+    let store = CandleStore::new();
+    let mut grads = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("layer{i}.w");
+        store
+            .get(4, &name, Init::Const(0.5), DType::F32, &CPU)
+            .expect("a variable");
+        let var = store.var(&name).expect("read").expect("made");
+        let g = Tensor::new(&[0.25_f32, -0.5, 1.0, 2.0], &CPU).expect("a gradient");
+        grads.push((var, g));
+    }
+    let world = scopetree::ranks::SingleProcess;
+    let plan =
+        CandlePlan::new(&world, &store, &PlanOptions::new().bucket_bytes(64)).expect("a plan");
+    let opt = ZeroAdamW::new(&world, &plan, params()).expect("an optimizer");
+    Step { plan, opt, grads }
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a scaling test: run with cargo test --release"
+)]
+fn a_zero_step_costs_o_variables() {
+    let world = scopetree::ranks::SingleProcess;
+    timing::Scaling::new(
+        "reduce_scatter + ZeroAdamW::step + all_gather, 4 f32 per variable, 64-byte buckets",
+        "variable",
+        1_000,
+        100_000,
+    )
+    .once_per_copy()
+    .units_per_op(|n| n as f64)
+    .check(step_state, |s, _| {
+        let mut g = GradStore::default();
+        for (v, t) in &s.grads {
+            g.insert(v.as_tensor(), t.clone());
+        }
+        s.plan
+            .reduce_scatter(&world, &mut g, Reduce::Mean)
+            .expect("reduce-scatter");
+        s.opt.step(&g).expect("a step");
+        s.plan.all_gather(&world).expect("all-gather");
+    });
+}
