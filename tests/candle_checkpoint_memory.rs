@@ -6,12 +6,16 @@
 //! serves the next tensor. `rollback(true)` reads every tensor first (about
 //! the file's size) so that a read error of the disk changes nothing. A
 //! load that converts dtypes goes through staging buffers: the values it
-//! makes, plus at most the staging budget. Print
+//! makes, plus at most the staging budget. `CandlePlan::load_shards` at 2
+//! ranks (threads) holds its part's old values (to put back should a rank's
+//! read fail) and buckets, no host copy of any part. Print
 //! the figures with `cargo test --release --features candle --test
 //! candle_checkpoint_memory -- --nocapture`.
 
 #[path = "support/peak_alloc.rs"]
 mod peak_alloc;
+#[path = "support/thread_world.rs"]
+mod thread_world;
 
 use candle_core::{DType, Device};
 use candle_nn::Init;
@@ -144,4 +148,55 @@ fn a_converting_load_holds_its_values_and_at_most_the_staging_budget() {
     fresh.free_staging();
     assert_eq!(fresh.staging_bytes(), 0);
     assert_eq!(first(&fresh, "layers.w15"), 15.0);
+}
+
+#[test]
+fn load_shards_at_2_ranks_holds_the_old_values_of_its_part_and_buckets_only() {
+    use scopetree::ranks::{CandlePlan, DEFAULT_BUCKET_BYTES, PlanOptions};
+    // 32 tensors of 1 MiB: each rank reads 16 MiB and receives 16 MiB.
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().to_owned();
+    let out = thread_world::run(2, |world| {
+        let s = CandleStore::new();
+        for i in 0..2 * TENSORS {
+            let name = format!("layers.w{i:02}");
+            s.get(
+                ELEMS,
+                &name,
+                Init::Const(i as f64),
+                DType::F32,
+                &Device::Cpu,
+            )
+            .unwrap();
+        }
+        let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).unwrap();
+        plan.save_shards(world, &s, &root, &Default::default())
+            .unwrap();
+        for (_, v) in s.named_vars().unwrap() {
+            v.set(&v.zeros_like().unwrap()).unwrap();
+        }
+        let (start, peak, _) = measure(|| {
+            plan.load_shards(world, &s, &root).unwrap();
+        });
+        (
+            peak - start,
+            first(&s, "layers.w00"),
+            first(&s, "layers.w31"),
+        )
+    });
+    let part = TENSORS as i64 * TENSOR_BYTES;
+    let bucket = DEFAULT_BUCKET_BYTES as i64;
+    for (rank, (extra, w0, w31)) in out.into_iter().enumerate() {
+        println!(
+            "load_shards, rank {rank} of 2: part {part} B, peak extra {extra} B ({:.2} parts)",
+            extra as f64 / part as f64
+        );
+        assert_eq!((w0, w31), (0.0, 31.0), "rank {rank}: both parts arrived");
+        // The old values of its part, the tensor the store reads, and a
+        // few buckets (the exchange's buffer and a segment's copies).
+        assert!(
+            extra <= part + TENSOR_BYTES + 4 * bucket + OVERHEAD,
+            "rank {rank}: peak extra {extra} B"
+        );
+    }
 }

@@ -671,6 +671,47 @@ fn fill(store: &CandleStore, base: f64) -> Result<(), String> {
     Ok(())
 }
 
+/// Loaded at 2 and 3 ranks, every rank's part reaches every rank through
+/// buckets of a few bytes, which end inside elements of every dtype
+/// (BF16, U32, F32): the values come back bit for bit everywhere.
+#[test]
+fn load_shards_at_2_and_3_ranks_moves_parts_in_buckets_that_split_elements() -> R {
+    for n in 2..=3 {
+        for bucket in [3, 5, 1 << 20] {
+            let dir = tempfile::tempdir()?;
+            let root = dir.path().to_owned();
+            let out = thread_world::run(n, |world| -> Result<_, String> {
+                let e = |x: &dyn std::fmt::Display| format!("rank {}: {x}", world.rank());
+                let (store, _model) = tiny_with_frozen().map_err(|x| e(&x))?;
+                fill(&store, 0.5)?;
+                let opts = PlanOptions::new().bucket_bytes(bucket);
+                let mut plan = CandlePlan::new(world, &store, &opts).map_err(|x| e(&x))?;
+                let before = held(&store).map_err(|x| e(&x))?;
+                plan.save_shards(world, &store, &root, &Default::default())
+                    .map_err(|x| e(&x))?;
+                scramble(&store).map_err(|x| e(&x))?;
+                let scrambled = held(&store).map_err(|x| e(&x))?;
+                let loaded = plan.load_shards(world, &store, &root).map_err(|x| e(&x))?;
+                Ok((
+                    before,
+                    scrambled,
+                    held(&store).map_err(|x| e(&x))?,
+                    loaded.keys,
+                ))
+            });
+            let mut parts = 0;
+            for (rank, got) in out.into_iter().enumerate() {
+                let (before, scrambled, after, keys) = got?;
+                assert_ne!(scrambled, before, "{n} ranks, bucket {bucket}");
+                assert_eq!(after, before, "{n} ranks, bucket {bucket}, rank {rank}");
+                parts += keys.len();
+            }
+            assert_eq!(parts, 5, "{n} ranks: each variable read by one rank");
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn a_manager_and_an_async_saver_keep_a_candle_store_at_1_to_3_ranks() -> R {
     use scopetree::ranks::{AsyncSaver, CheckpointManager};

@@ -54,6 +54,7 @@ mod seal;
 mod staged;
 mod store;
 mod var;
+pub(crate) use var::host_bytes;
 
 pub use adamw::{AdamW, STEP};
 pub use async_save::{AsyncSaver, Staging};

@@ -50,7 +50,7 @@ pub(crate) fn candle_dtype(d: Dtype) -> Option<DType> {
 /// The elements of `t` as little-endian bytes: one copy out of a
 /// contiguous CPU tensor's storage; other tensors are first made
 /// contiguous on the host.
-fn host_bytes(t: &Tensor) -> candle_core::Result<Vec<u8>> {
+pub(crate) fn host_bytes(t: &Tensor) -> candle_core::Result<Vec<u8>> {
     fn le<E: Element>(items: &[E], (start, end): (usize, usize)) -> candle_core::Result<Vec<u8>> {
         let items = items.get(start..end).ok_or_else(|| {
             candle_core::Error::Msg(format!(

@@ -4,7 +4,6 @@
 //! ranks, as [`SyncPlan`](crate::ranks::SyncPlan)'s `save_shards` and
 //! `load_shards` do for a tree.
 
-use std::borrow::Cow;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -74,43 +73,101 @@ pub(super) fn write_shard(
     Ok(sync_file(&path)?)
 }
 
-/// A variable's bytes as held: one copy on the host, of any dtype.
-fn held_bytes(key: &str, var: &Var) -> Result<Vec<u8>, Error> {
-    Checkpointable::try_le_bytes(var)
-        .map(Cow::into_owned)
-        .map_err(|e| bad(key, &e))
-}
-
 /// A checkpoint layer's failure on the variable `key`, as a candle error
 /// naming it.
 fn bad(key: &str, e: &checkpoint::Error) -> Error {
     candle(key, candle_core::Error::Msg(e.to_string()))
 }
 
-/// The bytes of one rank's part during a load's broadcast, one buffer per
-/// variable: its values on the sending rank, what it receives elsewhere.
-struct Part {
-    bufs: Vec<Vec<u8>>,
+/// One rank's part during a load's broadcast, read from the sending
+/// rank's variables and written into the others' a bucket segment at a
+/// time, in place on their devices (the model and the optimizer see the
+/// values): no host copy of the part. A segment may end inside an element
+/// (the buckets count bytes, over variables of any dtype); those bytes wait
+/// in `carry` for the segment after it, which the buckets send next.
+struct InVars<'a> {
+    part: &'a [(String, Var)],
+    /// Per variable, the bytes of its element a segment ended in.
+    carry: Vec<Vec<u8>>,
+    /// Per variable, the bytes received so far.
+    received: Vec<usize>,
+    /// The first failure to read or write a value on this rank; the
+    /// broadcasts go on (every rank makes them alike, a failed read sending
+    /// zeros) and it is settled after them.
+    failed: Option<Error>,
 }
 
-impl Values for Part {
+impl<'a> InVars<'a> {
+    fn new(part: &'a [(String, Var)]) -> Self {
+        Self {
+            part,
+            carry: vec![Vec::new(); part.len()],
+            received: vec![0; part.len()],
+            failed: None,
+        }
+    }
+
+    /// Writes the whole elements of `from` (little-endian bytes of `var`'s
+    /// dtype, starting at element `first`) into `var` in place. O(bytes).
+    fn set(key: &str, var: &Var, first: usize, from: &[u8]) -> Result<(), Error> {
+        let size = var.as_tensor().dtype().size_in_bytes();
+        let dtype: Dtype = var.as_tensor().dtype().into();
+        let n = from.len() / size;
+        let piece = <Var as Checkpointable>::from_le_bytes(dtype, &[n], from.to_vec())
+            .map_err(|e| bad(key, &e))?;
+        (piece.as_tensor().to_device(var.device()))
+            .and_then(|p| var.as_tensor().flatten_all()?.slice_set(&p, 0, first))
+            .map_err(|e| candle(key, e))
+    }
+}
+
+impl Values for InVars<'_> {
+    /// The bytes `at..at + into.len()` of the variable: the elements that
+    /// cover them, copied to the host. O(segment).
     fn read(&mut self, var: usize, at: usize, into: &mut [u8]) -> Result<(), Error> {
-        into.copy_from_slice(&self.bufs[var][at..at + into.len()]);
+        let (key, v) = &self.part[var];
+        let size = v.as_tensor().dtype().size_in_bytes();
+        let (first, end) = (at / size, (at + into.len()).div_ceil(size));
+        let bytes = (v.as_tensor().flatten_all())
+            .and_then(|t| t.narrow(0, first, end - first))
+            .and_then(|t| crate::candle::host_bytes(&t));
+        let skip = at - first * size;
+        match bytes {
+            Ok(bytes) => into.copy_from_slice(&bytes[skip..skip + into.len()]),
+            Err(e) => {
+                into.fill(0);
+                self.failed.get_or_insert(candle(key, e));
+            }
+        }
         Ok(())
     }
-    fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error> {
-        self.bufs[var][at..at + from.len()].copy_from_slice(from);
-        Ok(())
-    }
-}
 
-/// Writes `bytes` into `var` (with `Var::set`, so the model and the
-/// optimizer see them). O(bytes).
-fn set_bytes(key: &str, var: &Var, bytes: Vec<u8>) -> Result<(), Error> {
-    let dtype: Dtype = var.as_tensor().dtype().into();
-    let new = <Var as Checkpointable>::from_le_bytes(dtype, var.dims(), bytes)
-        .map_err(|e| bad(key, &e))?;
-    Checkpointable::assign(&mut var.clone(), new).map_err(|e| bad(key, &e))
+    /// Writes the segment's whole elements into the variable, keeping the
+    /// bytes of an element it ends inside for the next segment. O(segment).
+    fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error> {
+        let (key, v) = &self.part[var];
+        if at != self.received[var] {
+            // The buckets send each variable's bytes in order: a bug here.
+            self.failed.get_or_insert(Error::BadBuffers {
+                op: "loading the shards",
+                reason: format!("`{key}`: bytes from {at} after {}", self.received[var]),
+            });
+            return Ok(());
+        }
+        self.received[var] += from.len();
+        let size = v.as_tensor().dtype().size_in_bytes();
+        let carry = &mut self.carry[var];
+        let first = (at - carry.len()) / size;
+        carry.extend_from_slice(from);
+        let whole = carry.len() / size * size;
+        if whole > 0 && self.failed.is_none() {
+            if let Err(e) = Self::set(key, v, first, &carry[..whole]) {
+                self.failed = Some(e);
+            }
+        }
+        carry.drain(..whole);
+        Ok(())
+    }
 }
 
 impl CandlePlan {
@@ -241,8 +298,9 @@ impl CandlePlan {
     /// [`save_shards`](Self::save_shards) on N ranks, by
     /// [`save_on_root`](Self::save_on_root), by
     /// [`CandleStore::save_sharded`] or by any tool writing the Hugging Face
-    /// layout loads the same way. Values are written with `Var::set`, so the
-    /// model and the optimizer see them. A collective call; ends with the
+    /// layout loads the same way. Values are written into the variables'
+    /// own storage, so the model and the optimizer see them. A collective
+    /// call; ends with the
     /// [consistency check](Self::check_consistency).
     ///
     /// Strict and atomic across the ranks: first every rank checks the
@@ -253,10 +311,13 @@ impl CandlePlan {
     /// part; if any rank's read fails, every rank puts its copy back.
     /// O(headers + variables × depth + bytes of this rank's part) read,
     /// plus the broadcast of every part (O(bytes) per rank); memory: this
-    /// rank's part's old values (on their device) and bytes (on the host),
-    /// the largest other part's bytes and one bucket. A world of one rank
-    /// broadcasts nothing and holds no bytes on the host: its values are
-    /// read through the store's staged load, straight to their device.
+    /// rank's part's old values (on their device) while it reads, then, on
+    /// the host, one bucket and a segment's copies: each part goes from its
+    /// rank's variables to the others' a bucket segment at a time, read from
+    /// and written into the variables on their devices (a segment that ends
+    /// inside an element keeps that element's bytes for the next). A world
+    /// of one rank broadcasts nothing: its values are read through the
+    /// store's staged load, straight to their device.
     ///
     /// # Errors
     /// On the rank concerned, the checkpoint's error ([`Error::Checkpoint`]:
@@ -317,27 +378,20 @@ impl CandlePlan {
             .collect();
         // Any error here is settled below with the others', never returned
         // before it: the other ranks wait in that settle.
-        // `read`: this rank's part's bytes as read, which it then sends.
         let (old, read) = match old {
             Err(e) => (Vec::new(), Err(e)),
-            Ok(old) if keys.is_empty() => (old, Ok(Vec::new())),
+            Ok(old) if keys.is_empty() => (old, Ok(())),
             Ok(old) => {
                 let wanted: Arc<FxHashSet<String>> = Arc::new(keys.iter().cloned().collect());
                 let opts = LoadOptions::new().filter(move |k| wanted.contains(k));
                 // The store's load checks each tensor's checksum on the
-                // bytes it reads. Alone, a rank sends nothing: no host copy.
-                let read = store.load(dir, &opts).map_err(Error::from).and_then(|_| {
-                    if solo {
-                        Ok(Vec::new())
-                    } else {
-                        mine.iter().map(|(k, v)| held_bytes(k, v)).collect()
-                    }
-                });
+                // bytes it reads, and writes into the variables.
+                let read = store.load(dir, &opts).map(|_| ()).map_err(Error::from);
                 (old, read)
             }
         };
-        let mut read = match settle(comm, &mut self.gathered, "reading the shards", read, None) {
-            Ok(read) => Some(read),
+        match settle(comm, &mut self.gathered, "reading the shards", read, None) {
+            Ok(()) => {}
             Err(err) => {
                 // Here or elsewhere, a read failed: every rank puts back
                 // what it had (a load that failed here may have written
@@ -347,33 +401,20 @@ impl CandlePlan {
                 }
                 return Err(err);
             }
-        };
+        }
         drop(old);
 
-        // Each part from its rank to the others. An error here (candle
-        // failing to set a value) is settled after the broadcasts, which
-        // every rank makes alike.
+        // Each part from its rank to the others, from and into the
+        // variables a bucket segment at a time (alone, a rank sends
+        // nothing). An error here (candle failing to set a value) is
+        // settled after the broadcasts, which every rank makes alike.
         let mut outcome = Ok(());
         for (rank, range) in ranges.iter().enumerate().filter(|_| !solo) {
-            let part = &named[range.clone()];
-            let sizes = &sizes[range.clone()];
-            let me = rank == comm.rank();
-            let bufs = match read.take() {
-                Some(bytes) if me => bytes,
-                other => {
-                    read = other;
-                    sizes.iter().map(|&n| vec![0; n as usize]).collect()
-                }
-            };
-            let mut values = Part { bufs };
-            let nbytes = sizes.iter().map(|&n| n as usize);
+            let mut values = InVars::new(&named[range.clone()]);
+            let nbytes = sizes[range.clone()].iter().map(|&n| n as usize);
             broadcast_values(comm, rank, nbytes, self.byte_cap, &mut values)?;
-            if !me {
-                for ((k, v), bytes) in part.iter().zip(values.bufs) {
-                    if outcome.is_ok() {
-                        outcome = set_bytes(k, v, bytes);
-                    }
-                }
+            if let (Some(e), Ok(())) = (values.failed, &outcome) {
+                outcome = Err(e);
             }
         }
         settle(
