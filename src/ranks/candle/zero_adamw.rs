@@ -83,8 +83,8 @@ impl ZeroAdamW {
     /// the moments' zeroing, O(slice elements).
     ///
     /// # Errors
-    /// [`Error::BadRank`] when `comm` is not of the world the plan was cut
-    /// for; [`Error::Candle`] if a moment cannot be made.
+    /// [`Error::BadOption`] when `comm` is not of the world the plan was
+    /// cut for; [`Error::Candle`] if a moment cannot be made.
     ///
     /// ```
     /// use candle_core::{DType, Device};
@@ -104,10 +104,12 @@ impl ZeroAdamW {
         let part = plan.partition();
         let (rank, size) = (comm.rank(), comm.size());
         if size != part.ranks() || rank >= size {
-            return Err(Error::BadRank {
-                rank,
-                size: part.ranks(),
-                what: "rank of ZeroAdamW (build the plan in the same world)",
+            return Err(Error::BadOption {
+                reason: format!(
+                    "ZeroAdamW for rank {rank} of {size}, but the plan was cut for {} rank(s); \
+                     build the plan and the optimizer in the same world",
+                    part.ranks()
+                ),
             });
         }
         let state = CandleStore::new();
