@@ -15,7 +15,7 @@ use crate::ranks::transport::collective::Collective;
 use crate::ranks::vars::values::Float;
 
 /// One rank's pieces of one float type, laid end to end.
-pub(in crate::ranks) struct Laid {
+struct Laid {
     pieces: Vec<Piece>,
     /// Where each piece ends in the concatenation.
     ends: Vec<usize>,
