@@ -194,34 +194,71 @@ impl AdamW {
         self.step
             .set(&Tensor::new(step_t as f64, &Device::Cpu).map_err(|e| candle(STEP, e))?)
             .map_err(|e| candle(STEP, e))?;
-        let p = &self.params;
-        let lr = p.lr;
-        let lr_lambda = lr * p.weight_decay;
-        let (beta1, beta2) = (p.beta1, p.beta2);
-        // candle computes the exponents as `i32`.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
-        let t = step_t as i32;
-        let scale_m = 1f64 / (1f64 - beta1.powi(t));
-        let scale_v = 1f64 / (1f64 - beta2.powi(t));
+        let rule = Rule::new(&self.params, step_t);
         for mv in &self.vars {
             let Some(g) = grads.get(&mv.var) else {
                 continue;
             };
             let run = || -> candle_core::Result<()> {
-                let next_m = ((mv.m.as_tensor() * beta1)? + (g * (1.0 - beta1))?)?;
-                let next_v = ((mv.v.as_tensor() * beta2)? + (g.sqr()? * (1.0 - beta2))?)?;
-                let m_hat = (&next_m * scale_m)?;
-                let v_hat = (&next_v * scale_v)?;
-                let next_theta = (mv.var.as_tensor() * (1f64 - lr_lambda))?;
-                let adjusted_grad = (m_hat / (v_hat.sqrt()? + p.eps)?)?;
-                let next_theta = (next_theta - (adjusted_grad * lr)?)?;
-                mv.m.set(&next_m)?;
-                mv.v.set(&next_v)?;
-                mv.var.set(&next_theta)
+                let (theta, m, v) = rule.apply(mv.var.as_tensor(), &mv.m, &mv.v, g)?;
+                mv.m.set(&m)?;
+                mv.v.set(&v)?;
+                mv.var.set(&theta)
             };
             run().map_err(|e| candle("a parameter's update", e))?;
         }
         Ok(())
+    }
+}
+
+/// candle-nn's AdamW update at step `t`, its operations in its order: what
+/// [`AdamW`] and the ranks' ZeRO optimizer (over a slice of each variable)
+/// both apply, so that they agree bit for bit.
+pub(crate) struct Rule {
+    lr: f64,
+    lr_lambda: f64,
+    beta1: f64,
+    beta2: f64,
+    scale_m: f64,
+    scale_v: f64,
+    eps: f64,
+}
+
+impl Rule {
+    /// The constants of step `t` (counted from 1). O(1).
+    pub(crate) fn new(p: &ParamsAdamW, t: u64) -> Self {
+        // candle computes the exponents as `i32`.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+        let t = t as i32;
+        Self {
+            lr: p.lr,
+            lr_lambda: p.lr * p.weight_decay,
+            beta1: p.beta1,
+            beta2: p.beta2,
+            scale_m: 1f64 / (1f64 - p.beta1.powi(t)),
+            scale_v: 1f64 / (1f64 - p.beta2.powi(t)),
+            eps: p.eps,
+        }
+    }
+
+    /// The next values, first moment and second moment of parameters
+    /// `theta` with moments `m` and `v` and gradient `g` (all of one shape),
+    /// element by element. O(elements), on their device.
+    pub(crate) fn apply(
+        &self,
+        theta: &Tensor,
+        m: &Tensor,
+        v: &Tensor,
+        g: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor, Tensor)> {
+        let next_m = ((m * self.beta1)? + (g * (1.0 - self.beta1))?)?;
+        let next_v = ((v * self.beta2)? + (g.sqr()? * (1.0 - self.beta2))?)?;
+        let m_hat = (&next_m * self.scale_m)?;
+        let v_hat = (&next_v * self.scale_v)?;
+        let next_theta = (theta * (1f64 - self.lr_lambda))?;
+        let adjusted_grad = (m_hat / (v_hat.sqrt()? + self.eps)?)?;
+        let next_theta = (next_theta - (adjusted_grad * self.lr)?)?;
+        Ok((next_theta, next_m, next_v))
     }
 }
 

@@ -56,6 +56,7 @@ mod store;
 mod var;
 pub(crate) use var::host_bytes;
 
+pub(crate) use adamw::Rule as AdamWRule;
 pub use adamw::{AdamW, STEP};
 pub use async_save::{AsyncSaver, Staging};
 pub use error::Error;

@@ -7,6 +7,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::ParamsAdamW;
 
 use super::plan::{CandlePlan, candle};
+use crate::candle::AdamWRule as Rule;
 use crate::candle::CandleStore;
 use crate::candle::Error::Missing;
 use crate::ranks::error::Error;
@@ -268,15 +269,7 @@ impl ZeroAdamW {
         let step_t = self.step_count()? + 1;
         #[allow(clippy::cast_precision_loss)]
         let count = Tensor::new(step_t as f64, &Device::Cpu).map_err(|e| candle(STEP, e))?;
-        let p = &self.params;
-        let lr = p.lr;
-        let lr_lambda = lr * p.weight_decay;
-        let (beta1, beta2) = (p.beta1, p.beta2);
-        // candle computes the exponents as `i32`.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
-        let t = step_t as i32;
-        let scale_m = 1f64 / (1f64 - beta1.powi(t));
-        let scale_v = 1f64 / (1f64 - beta2.powi(t));
+        let rule = Rule::new(&self.params, step_t);
         for s in &self.slices {
             let Some(g) = grads.get(s.var.as_tensor()) else {
                 continue;
@@ -285,16 +278,10 @@ impl ZeroAdamW {
                 let g = g.flatten_all()?.narrow(0, s.start, s.len)?;
                 let flat = s.var.as_tensor().flatten_all()?;
                 let theta = flat.narrow(0, s.start, s.len)?;
-                let next_m = ((s.m.as_tensor() * beta1)? + (&g * (1.0 - beta1))?)?;
-                let next_v = ((s.v.as_tensor() * beta2)? + (g.sqr()? * (1.0 - beta2))?)?;
-                let m_hat = (&next_m * scale_m)?;
-                let v_hat = (&next_v * scale_v)?;
-                let next_theta = (theta * (1f64 - lr_lambda))?;
-                let adjusted_grad = (m_hat / (v_hat.sqrt()? + p.eps)?)?;
-                let next_theta = (next_theta - (adjusted_grad * lr)?)?;
-                s.m.set(&next_m)?;
-                s.v.set(&next_v)?;
-                flat.slice_set(&next_theta, 0, s.start)
+                let (theta, m, v) = rule.apply(&theta, &s.m, &s.v, &g)?;
+                s.m.set(&m)?;
+                s.v.set(&v)?;
+                flat.slice_set(&theta, 0, s.start)
             };
             run().map_err(|e| candle(&s.key, e))?;
         }

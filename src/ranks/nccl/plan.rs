@@ -81,70 +81,85 @@ impl CandlePlan {
         op: Reduce,
     ) -> Result<(), Error> {
         const OP: &str = "all-reduce over NCCL";
-        let agreed = {
-            let _watch = self.watch(comm, OP);
-            let local = same_world(comm, nccl, OP)
-                .and_then(|()| self.gradients(grads))
-                .and_then(|()| self.on_device(nccl, OP));
-            settle(comm, &mut self.gathered, OP, local, Some(op.same()))
-                .and_then(|()| comm.all_reduce_sum_f64(&self.present, &mut self.present_sum))
-        };
-        let done = agreed.and_then(|()| {
-            let divisors = Divisors::new(nccl, op)?;
-            let mean = |t: Tensor, i: usize| divisors.mean(t, &self.manifest.entries()[i].key);
-            let (f32s, f32_direct) = self.f32s.layout();
-            let (f64s, f64_direct) = self.f64s.layout();
-            let mut reduced = Vec::new();
-            for i in f32_direct.chain(f64_direct) {
-                if self.present_sum[i] > 0.0 {
-                    let v = &self.vars[i];
-                    let t = self.source_or_zeros(nccl, i, 0, v.elem_count())?;
-                    let t = nccl.fresh(&t, OP)?;
-                    nccl.queue_all_reduce(&t)?;
-                    let t = mean(t, i)?.reshape(v.dims());
+        let done = self
+            .agree_on_gradients(comm, nccl, grads, op, OP)
+            .and_then(|()| {
+                let divisors = Divisors::new(nccl, op)?;
+                let mean = |t: Tensor, i: usize| divisors.mean(t, &self.manifest.entries()[i].key);
+                let (f32s, f32_direct) = self.f32s.layout();
+                let (f64s, f64_direct) = self.f64s.layout();
+                let mut reduced = Vec::new();
+                for i in f32_direct.chain(f64_direct) {
+                    if self.present_sum[i] > 0.0 {
+                        let v = &self.vars[i];
+                        let t = self.source_or_zeros(nccl, i, 0, v.elem_count())?;
+                        let t = nccl.fresh(&t, OP)?;
+                        nccl.queue_all_reduce(&t)?;
+                        let t = mean(t, i)?.reshape(v.dims());
+                        reduced.push((
+                            i,
+                            t.map_err(|e| candle(&self.manifest.entries()[i].key, e))?,
+                        ));
+                    }
+                }
+                // Each fused variable's gradient: its segments' views of the
+                // buckets' sums, in order.
+                let mut pieces: Vec<Vec<Tensor>> = vec![Vec::new(); self.vars.len()];
+                for b in [f32s, f64s] {
+                    for (k, (range, _)) in b.buckets.iter().enumerate() {
+                        let segments = &b.segments[range.clone()];
+                        let bucket = self.queue_bucket(nccl, b, k)?;
+                        let bucket = mean(bucket, segments[0].var)?;
+                        for s in segments {
+                            if self.present_sum[s.var] > 0.0 {
+                                let view = bucket.narrow(0, s.at, s.len);
+                                let key = &self.manifest.entries()[s.var].key;
+                                pieces[s.var].push(view.map_err(|e| candle(key, e))?);
+                            }
+                        }
+                    }
+                }
+                for (i, p) in pieces.into_iter().enumerate() {
+                    let t = match p.len() {
+                        0 => continue,
+                        1 => Ok(p.into_iter().next().expect("one piece")),
+                        _ => Tensor::cat(&p, 0),
+                    };
+                    let t = t.and_then(|t| t.reshape(self.vars[i].dims()));
                     reduced.push((
                         i,
                         t.map_err(|e| candle(&self.manifest.entries()[i].key, e))?,
                     ));
                 }
-            }
-            // Each fused variable's gradient: its segments' views of the
-            // buckets' sums, in order.
-            let mut pieces: Vec<Vec<Tensor>> = vec![Vec::new(); self.vars.len()];
-            for b in [f32s, f64s] {
-                for (k, (range, _)) in b.buckets.iter().enumerate() {
-                    let segments = &b.segments[range.clone()];
-                    let bucket = self.queue_bucket(nccl, b, k)?;
-                    let bucket = mean(bucket, segments[0].var)?;
-                    for s in segments {
-                        if self.present_sum[s.var] > 0.0 {
-                            let view = bucket.narrow(0, s.at, s.len);
-                            let key = &self.manifest.entries()[s.var].key;
-                            pieces[s.var].push(view.map_err(|e| candle(key, e))?);
-                        }
-                    }
+                nccl.wait("NCCL all-reduce")?;
+                for (i, t) in reduced {
+                    grads.insert(self.vars[i].as_tensor(), t);
                 }
-            }
-            for (i, p) in pieces.into_iter().enumerate() {
-                let t = match p.len() {
-                    0 => continue,
-                    1 => Ok(p.into_iter().next().expect("one piece")),
-                    _ => Tensor::cat(&p, 0),
-                };
-                let t = t.and_then(|t| t.reshape(self.vars[i].dims()));
-                reduced.push((
-                    i,
-                    t.map_err(|e| candle(&self.manifest.entries()[i].key, e))?,
-                ));
-            }
-            nccl.wait("NCCL all-reduce")?;
-            for (i, t) in reduced {
-                grads.insert(self.vars[i].as_tensor(), t);
-            }
-            Ok(())
-        });
+                Ok(())
+            });
         self.sources.clear();
         done
+    }
+
+    /// The agreement of a device call on `grads` (watched, over `comm`):
+    /// the same world as `nccl`, every gradient fits its variable and is on
+    /// `nccl`'s device, the ranks pass the same `op`; then which gradients
+    /// some rank has (`present_sum`). Fills `sources`, which the caller
+    /// clears. O(variables), plus the bootstrap collective's calls.
+    pub(super) fn agree_on_gradients<C: Collective + ?Sized, D: DeviceCollective + ?Sized>(
+        &mut self,
+        comm: &C,
+        nccl: &D,
+        grads: &GradStore,
+        op: Reduce,
+        name: &'static str,
+    ) -> Result<(), Error> {
+        let _watch = self.watch(comm, name);
+        let local = same_world(comm, nccl, name)
+            .and_then(|()| self.gradients(grads))
+            .and_then(|()| self.on_device(nccl, name));
+        settle(comm, &mut self.gathered, name, local, Some(op.same()))
+            .and_then(|()| comm.all_reduce_sum_f64(&self.present, &mut self.present_sum))
     }
 
     /// Queues the NCCL sum of bucket `k` of `b` in a device buffer of its

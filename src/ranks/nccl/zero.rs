@@ -76,69 +76,64 @@ impl CandlePlan {
         op: Reduce,
     ) -> Result<(), Error> {
         const OP: &str = "reduce-scatter over NCCL";
-        let agreed = {
-            let _watch = self.watch(comm, OP);
-            let local = same_world(comm, nccl, OP)
-                .and_then(|()| self.gradients(grads))
-                .and_then(|()| self.on_device(nccl, OP));
-            settle(comm, &mut self.gathered, OP, local, Some(op.same()))
-                .and_then(|()| comm.all_reduce_sum_f64(&self.present, &mut self.present_sum))
-        };
-        let done = agreed.and_then(|()| {
-            let divisors = Divisors::new(nccl, op)?;
-            let me = nccl.rank();
-            let keys = self.manifest.entries();
-            let mut queued = Vec::new();
-            for dtype in [DType::F32, DType::F64] {
-                let pieces: Vec<Vec<Piece>> = (0..nccl.size())
-                    .map(|r| self.lane_pieces(r, dtype, true))
-                    .collect();
-                let Some(block) = longest(&pieces) else {
-                    continue;
-                };
-                let mut parts = Vec::new();
-                for ps in &pieces {
-                    for p in ps {
-                        parts.push(self.source_or_zeros(nccl, p.var, p.start, p.len)?);
-                    }
-                    parts.extend(padding(ps, block, dtype, nccl)?);
-                }
-                let send = joined(nccl, &parts, OP)?;
-                let out = Tensor::zeros(block, dtype, nccl.device()).map_err(|e| candle(OP, e))?;
-                nccl.queue_reduce_scatter(&send, &out)?;
-                let first = pieces[me].first().map_or(OP, |p| keys[p.var].key.as_str());
-                let out = divisors.mean(out, first)?;
-                queued.push(Queued { pieces, block, out });
-            }
-            nccl.wait("NCCL reduce-scatter")?;
-            // This rank's results: a fresh copy of each gradient of its
-            // slice, its piece written from the received block.
-            let mut reduced = Vec::new();
-            for q in &queued {
-                let mut at = 0;
-                for p in &q.pieces[me] {
-                    let key = &keys[p.var].key;
-                    let fresh = match &self.sources[p.var] {
-                        Some(g) => g.copy(),
-                        None => self.vars[p.var].zeros_like(),
+        let done = self
+            .agree_on_gradients(comm, nccl, grads, op, OP)
+            .and_then(|()| {
+                let divisors = Divisors::new(nccl, op)?;
+                let me = nccl.rank();
+                let keys = self.manifest.entries();
+                let mut queued = Vec::new();
+                for dtype in [DType::F32, DType::F64] {
+                    let pieces: Vec<Vec<Piece>> = (0..nccl.size())
+                        .map(|r| self.lane_pieces(r, dtype, true))
+                        .collect();
+                    let Some(block) = longest(&pieces) else {
+                        continue;
                     };
-                    let t = fresh
-                        .and_then(|t| {
-                            let part = q.out.narrow(0, at, p.len)?;
-                            t.flatten_all()?.slice_set(&part, 0, p.start)?;
-                            Ok(t)
-                        })
-                        .map_err(|e| candle(key, e))?;
-                    reduced.push((p.var, t));
-                    at += p.len;
+                    let mut parts = Vec::new();
+                    for ps in &pieces {
+                        for p in ps {
+                            parts.push(self.source_or_zeros(nccl, p.var, p.start, p.len)?);
+                        }
+                        parts.extend(padding(ps, block, dtype, nccl)?);
+                    }
+                    let send = joined(nccl, &parts, OP)?;
+                    let out =
+                        Tensor::zeros(block, dtype, nccl.device()).map_err(|e| candle(OP, e))?;
+                    nccl.queue_reduce_scatter(&send, &out)?;
+                    let first = pieces[me].first().map_or(OP, |p| keys[p.var].key.as_str());
+                    let out = divisors.mean(out, first)?;
+                    queued.push(Queued { pieces, block, out });
                 }
-                debug_assert!(at <= q.block);
-            }
-            for (i, t) in reduced {
-                grads.insert(self.vars[i].as_tensor(), t);
-            }
-            Ok(())
-        });
+                nccl.wait("NCCL reduce-scatter")?;
+                // This rank's results: a fresh copy of each gradient of its
+                // slice, its piece written from the received block.
+                let mut reduced = Vec::new();
+                for q in &queued {
+                    let mut at = 0;
+                    for p in &q.pieces[me] {
+                        let key = &keys[p.var].key;
+                        let fresh = match &self.sources[p.var] {
+                            Some(g) => g.copy(),
+                            None => self.vars[p.var].zeros_like(),
+                        };
+                        let t = fresh
+                            .and_then(|t| {
+                                let part = q.out.narrow(0, at, p.len)?;
+                                t.flatten_all()?.slice_set(&part, 0, p.start)?;
+                                Ok(t)
+                            })
+                            .map_err(|e| candle(key, e))?;
+                        reduced.push((p.var, t));
+                        at += p.len;
+                    }
+                    debug_assert!(at <= q.block);
+                }
+                for (i, t) in reduced {
+                    grads.insert(self.vars[i].as_tensor(), t);
+                }
+                Ok(())
+            });
         self.sources.clear();
         done
     }
