@@ -37,8 +37,11 @@ const CANDLE_FLOATS: &str = "the ranks layer synchronises candle variables of F3
 /// them step after step: [`broadcast`](Self::broadcast) the values from a
 /// root rank, [`all_reduce`](Self::all_reduce) the gradients of a candle
 /// `GradStore` after `backward`, [`check_consistency`](Self::check_consistency)
-/// of the values, and checkpoints ([`save_on_root`](Self::save_on_root),
-/// [`load_on_all`](Self::load_on_all)). It is [`SyncPlan`](crate::ranks::SyncPlan)
+/// of the values, checkpoints ([`save_on_root`](Self::save_on_root),
+/// [`load_on_all`](Self::load_on_all)) and ZeRO stage 1
+/// ([`partition`](Self::partition), [`reduce_scatter`](Self::reduce_scatter),
+/// [`all_gather`](Self::all_gather), with
+/// [`ZeroAdamW`](crate::ranks::ZeroAdamW)). It is [`SyncPlan`](crate::ranks::SyncPlan)
 /// for candle: the same manifest agreement (names are candle's dotted
 /// names), buckets, argument checks and errors.
 ///

@@ -62,7 +62,7 @@ fn read<F: WithDType>(t: &Tensor, start: usize, len: usize) -> candle_core::Resu
 
 /// Writes `values` into the elements from `start` of the flattened `t`, in
 /// `t`'s own storage (on its device). `t` must be contiguous.
-pub(in crate::ranks) fn write<F: WithDType>(
+fn write<F: WithDType>(
     t: &Tensor,
     start: usize,
     values: &[F],
