@@ -62,11 +62,7 @@ fn read<F: WithDType>(t: &Tensor, start: usize, len: usize) -> candle_core::Resu
 
 /// Writes `values` into the elements from `start` of the flattened `t`, in
 /// `t`'s own storage (on its device). `t` must be contiguous.
-fn write<F: WithDType>(
-    t: &Tensor,
-    start: usize,
-    values: &[F],
-) -> candle_core::Result<()> {
+fn write<F: WithDType>(t: &Tensor, start: usize, values: &[F]) -> candle_core::Result<()> {
     let src = Tensor::from_slice(values, values.len(), t.device())?;
     t.flatten_all()?.slice_set(&src, 0, start)
 }
