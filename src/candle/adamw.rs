@@ -95,16 +95,7 @@ impl AdamW {
             let (m, v) = (zero("m")?, zero("v")?);
             vars.push(Moments { var, m, v });
         }
-        state.get(
-            (),
-            STEP,
-            candle_nn::Init::Const(0.0),
-            DType::F64,
-            &Device::Cpu,
-        )?;
-        let step = state.var(STEP)?.ok_or_else(|| Error::Missing {
-            name: STEP.to_owned(),
-        })?;
+        let step = new_step(&state)?;
         Ok(Self {
             params,
             vars,
@@ -161,14 +152,7 @@ impl AdamW {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn step_count(&self) -> Result<u64, Error> {
-        let t = self
-            .step
-            .as_tensor()
-            .to_scalar::<f64>()
-            .map_err(|e| candle(STEP, e))?;
-        // A count is a whole number well inside f64's exact integers.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        Ok(t as u64)
+        step_of(&self.step)
     }
 
     /// The hyper-parameters. O(1).
@@ -209,6 +193,32 @@ impl AdamW {
         }
         Ok(())
     }
+}
+
+/// A step count of 0 in `state`, named [`STEP`] (an `f64` scalar on the
+/// CPU), as [`AdamW`] and the ranks' ZeRO optimizer keep it. O(1).
+pub(crate) fn new_step(state: &CandleStore) -> Result<Var, Error> {
+    state.get(
+        (),
+        STEP,
+        candle_nn::Init::Const(0.0),
+        DType::F64,
+        &Device::Cpu,
+    )?;
+    state.var(STEP)?.ok_or_else(|| Error::Missing {
+        name: STEP.to_owned(),
+    })
+}
+
+/// The count a step variable made by [`new_step`] holds. O(1).
+pub(crate) fn step_of(step: &Var) -> Result<u64, Error> {
+    let t = step
+        .as_tensor()
+        .to_scalar::<f64>()
+        .map_err(|e| candle(STEP, e))?;
+    // A count is a whole number well inside f64's exact integers.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Ok(t as u64)
 }
 
 /// candle-nn's AdamW update at step `t`, its operations in its order: what

@@ -56,8 +56,8 @@ mod store;
 mod var;
 pub(crate) use var::host_bytes;
 
-pub(crate) use adamw::Rule as AdamWRule;
 pub use adamw::{AdamW, STEP};
+pub(crate) use adamw::{Rule as AdamWRule, new_step, step_of};
 pub use async_save::{AsyncSaver, Staging};
 pub use error::Error;
 pub use store::CandleStore;

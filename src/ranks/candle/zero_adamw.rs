@@ -3,18 +3,15 @@
 //! of that slice only, on the variables' devices.
 
 use candle_core::backprop::GradStore;
-use candle_core::{DType, Device, Tensor, Var};
+use candle_core::{Device, Tensor, Var};
 use candle_nn::ParamsAdamW;
 
 use super::plan::{CandlePlan, candle};
-use crate::candle::AdamWRule as Rule;
 use crate::candle::CandleStore;
 use crate::candle::Error::Missing;
+use crate::candle::{AdamWRule as Rule, STEP, new_step, step_of};
 use crate::ranks::error::Error;
 use crate::ranks::transport::collective::Collective;
-
-/// The name of the step count in [`ZeroAdamW::state`].
-const STEP: &str = "step";
 
 /// AdamW for ZeRO stage 1 over a [`CandlePlan`]: this rank keeps the two
 /// moments of its own slice of the variables ([`CandlePlan::partition`])
@@ -139,16 +136,7 @@ impl ZeroAdamW {
                 v,
             });
         }
-        state.get(
-            (),
-            STEP,
-            candle_nn::Init::Const(0.0),
-            DType::F64,
-            &Device::Cpu,
-        )?;
-        let step = state.var(STEP)?.ok_or(Missing {
-            name: STEP.to_owned(),
-        })?;
+        let step = new_step(&state)?;
         Ok(Self {
             params,
             slices,
@@ -186,10 +174,7 @@ impl ZeroAdamW {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn step_count(&self) -> Result<u64, Error> {
-        let t = (self.step.as_tensor().to_scalar::<f64>()).map_err(|e| candle(STEP, e))?;
-        // A count is a whole number well inside f64's exact integers.
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        Ok(t as u64)
+        Ok(step_of(&self.step)?)
     }
 
     /// The learning rate. O(1).
