@@ -581,15 +581,16 @@ mod tests {
 
     /// Every variable's bits.
     fn values(vars: &[Var]) -> Vec<Vec<u64>> {
-        (vars.iter())
-            .map(|v| {
-                let t = v.flatten_all().unwrap().to_dtype(DType::F64).unwrap();
-                t.to_vec1::<f64>()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.to_bits())
-                    .collect()
-            })
+        vars.iter().map(|v| tensor_bits(v)).collect()
+    }
+
+    /// A tensor's elements' bits, as `f64`s, whatever its shape.
+    fn tensor_bits(t: &Tensor) -> Vec<u64> {
+        let t = t.flatten_all().unwrap().to_dtype(DType::F64).unwrap();
+        t.to_vec1::<f64>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
             .collect()
     }
 
@@ -691,16 +692,7 @@ mod tests {
     /// Each gradient's bits, whatever its shape.
     fn bits_lenient(g: &GradStore, vars: &[Var]) -> Vec<Option<Vec<u64>>> {
         vars.iter()
-            .map(|v| {
-                g.get(v.as_tensor()).map(|t| {
-                    let t = t.flatten_all().unwrap().to_dtype(DType::F64).unwrap();
-                    t.to_vec1::<f64>()
-                        .unwrap()
-                        .iter()
-                        .map(|x| x.to_bits())
-                        .collect()
-                })
-            })
+            .map(|v| g.get(v.as_tensor()).map(tensor_bits))
             .collect()
     }
 }
