@@ -7,8 +7,9 @@
 //! the file's size) so that a read error of the disk changes nothing. A
 //! load that converts dtypes goes through staging buffers: the values it
 //! makes, plus at most the staging budget. `CandlePlan::load_shards` at 2
-//! ranks (threads) holds its part's old values (to put back should a rank's
-//! read fail) and buckets, no host copy of any part. Print
+//! ranks (threads) holds a few buckets: no host copy of any part, and no
+//! copy of its part's old values (it verifies every part's checksums
+//! before any is written instead). Print
 //! the figures with `cargo test --release --features candle --test
 //! candle_checkpoint_memory -- --nocapture`.
 
@@ -151,7 +152,7 @@ fn a_converting_load_holds_its_values_and_at_most_the_staging_budget() {
 }
 
 #[test]
-fn load_shards_at_2_ranks_holds_the_old_values_of_its_part_and_buckets_only() {
+fn load_shards_at_2_ranks_holds_a_few_buckets_only() {
     use scopetree::ranks::{CandlePlan, DEFAULT_BUCKET_BYTES, PlanOptions};
     // 32 tensors of 1 MiB: each rank reads 16 MiB and receives 16 MiB.
     let d = tempfile::tempdir().unwrap();
@@ -192,10 +193,12 @@ fn load_shards_at_2_ranks_holds_the_old_values_of_its_part_and_buckets_only() {
             extra as f64 / part as f64
         );
         assert_eq!((w0, w31), (0.0, 31.0), "rank {rank}: both parts arrived");
-        // The old values of its part, the tensor the store reads, and a
-        // few buckets (the exchange's buffer and a segment's copies).
+        // A few buckets (the exchange's buffer, the stand-in world's copies
+        // of it, a segment's copies): a part is 8 buckets here, so a copy
+        // of the part's old values, or a received part kept whole, fails
+        // this (each once did).
         assert!(
-            extra <= part + TENSOR_BYTES + 4 * bucket + OVERHEAD,
+            extra <= 4 * bucket + OVERHEAD,
             "rank {rank}: peak extra {extra} B"
         );
     }

@@ -712,6 +712,55 @@ fn load_shards_at_2_and_3_ranks_moves_parts_in_buckets_that_split_elements() -> 
     Ok(())
 }
 
+/// At 3 ranks, a corrupted tensor in the last rank's part stops the load
+/// on every rank before any rank writes its own, sound, part: every store
+/// is unchanged, with no copy of the old values kept to put back.
+#[test]
+fn a_corrupted_part_at_3_ranks_changes_no_rank_store() -> R {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().to_owned();
+    let saved = thread_world::run(3, |world| -> Result<_, String> {
+        let (store, _model) = tiny_with_frozen().map_err(|x| x.to_string())?;
+        fill(&store, 0.5)?;
+        let mut plan =
+            CandlePlan::new(world, &store, &PlanOptions::new()).map_err(|x| x.to_string())?;
+        let saved = plan
+            .save_shards(world, &store, &root, &Default::default())
+            .map_err(|x| x.to_string())?;
+        Ok(saved.shards)
+    });
+    let shards = saved.into_iter().next().expect("rank 0")?;
+    assert_eq!(shards.len(), 3, "one shard per rank");
+    // The last byte of the last shard: its last tensor's data.
+    let last = root.join(&shards[2]);
+    let mut bytes = std::fs::read(&last)?;
+    let end = bytes.len() - 1;
+    bytes[end] ^= 0x40;
+    std::fs::write(&last, &bytes)?;
+
+    let out = thread_world::run(3, |world| -> Result<_, String> {
+        let e = |x: &dyn std::fmt::Display| format!("rank {}: {x}", world.rank());
+        let (store, _model) = tiny_with_frozen().map_err(|x| e(&x))?;
+        scramble(&store).map_err(|x| e(&x))?;
+        let mut plan = CandlePlan::new(world, &store, &PlanOptions::new()).map_err(|x| e(&x))?;
+        let before = held(&store).map_err(|x| e(&x))?;
+        let err = plan.load_shards(world, &store, &root).err();
+        Ok((before, held(&store).map_err(|x| e(&x))?, err))
+    });
+    let mut corrupted = 0;
+    for (rank, got) in out.into_iter().enumerate() {
+        let (before, after, err) = got?;
+        assert_eq!(after, before, "rank {rank}: a refused load changed values");
+        match err {
+            Some(Error::Corrupted { .. }) => corrupted += 1,
+            Some(Error::PeerFailed { .. }) => {}
+            other => panic!("rank {rank}: {other:?}"),
+        }
+    }
+    assert_eq!(corrupted, 1, "the rank that reads the last part");
+    Ok(())
+}
+
 #[test]
 fn a_manager_and_an_async_saver_keep_a_candle_store_at_1_to_3_ranks() -> R {
     use scopetree::ranks::{AsyncSaver, CheckpointManager};

@@ -15,7 +15,9 @@ use super::staged::{
 use super::store::{CandleStore, Inner, Pending};
 use super::var::{candle_dtype, var_codec};
 use crate::checkpoint::staged::{Job, Shape, checksum_of, read_direct, read_staged, verify};
-use crate::checkpoint::{self, Commit, Dtype, LoadOptions, LoadReport, Plan, Separator, Step};
+use crate::checkpoint::{
+    self, Commit, Dtype, FileTensor, LoadOptions, LoadReport, Part, Plan, Separator, Step,
+};
 use crate::short;
 
 /// The options of a store's load: dotted names, `Var`s made for the file's
@@ -58,6 +60,33 @@ impl Inner {
         };
         let plan = checkpoint::plan_store(&self.store, &p.path, &p.opts)?;
         run_load(self, &p.path, plan, &p.opts, Placement::Fresh(device)).map(drop)
+    }
+}
+
+impl CandleStore {
+    /// Verifies, without writing anything, the checksums the files carry
+    /// for every tensor a [`load`](Self::load) of `path` with `opts` would
+    /// read: a load's first pass, for a caller that must know every part
+    /// is sound before any is written (the ranks' sharded load; it then
+    /// loads with `LoadOptions::sums_verified` set). The store is planned
+    /// against as a load plans (a deferred load is placed on the CPU
+    /// first). O(header + variables × depth + bytes with a checksum);
+    /// memory: 1 MiB per reader.
+    ///
+    /// # Errors
+    /// As [`load`](Self::load)'s checks: a mismatch, a bad file,
+    /// [`Corrupted`](checkpoint::Error::Corrupted).
+    pub(crate) fn verify_sums(&self, path: &Path, opts: &LoadOptions) -> Result<(), Error> {
+        let opts = candle_opts(opts);
+        let inner = self.placed()?;
+        let plan = checkpoint::plan_store(&inner.store, path, &opts)?;
+        drop(inner);
+        let jobs = jobs_of(&plan.parts, &plan.steps)?;
+        let sums: Vec<Job> = jobs.into_iter().filter(|j| j.checksum.is_some()).collect();
+        if !sums.is_empty() {
+            verify(&plan.parts, &sums, opts.reader_threads()).map_err(|e| *e.error)?;
+        }
+        Ok(())
     }
 }
 
@@ -360,6 +389,25 @@ fn run_load(
     Ok(report)
 }
 
+/// The reads of a planned load's steps: where each tensor's bytes are,
+/// and the checksum its file carries for it. O(steps).
+fn jobs_of(parts: &[Part], steps: &[(usize, FileTensor, Step)]) -> Result<Vec<Job>, Error> {
+    let jobs = steps
+        .iter()
+        .filter(|(_, _, s)| !matches!(s, Step::Skip))
+        .map(|(part, t, _)| {
+            Ok(Job {
+                part: *part,
+                offset: parts[*part].data_start + t.begin,
+                len: usize::try_from(t.end - t.begin).unwrap_or(usize::MAX),
+                key: t.key.clone(),
+                checksum: checksum_of(&parts[*part], &t.key)?,
+            })
+        })
+        .collect::<Result<_, checkpoint::Error>>()?;
+    Ok(jobs)
+}
+
 /// Runs a planned load through staged reads: destinations made (new memory
 /// on its device, or existing contiguous `Var`s in place), in-place
 /// checksums verified first, every tensor read and copied, then the new
@@ -438,18 +486,7 @@ fn staged_load(
             t0.elapsed().as_secs_f64()
         );
     }
-    let jobs: Vec<Job> = steps
-        .iter()
-        .map(|(part, t, _)| {
-            Ok(Job {
-                part: *part,
-                offset: parts[*part].data_start + t.begin,
-                len: usize::try_from(t.end - t.begin).unwrap_or(usize::MAX),
-                key: t.key.clone(),
-                checksum: checksum_of(&parts[*part], &t.key)?,
-            })
-        })
-        .collect::<Result<_, checkpoint::Error>>()?;
+    let jobs = jobs_of(&parts, &steps)?;
 
     // Host destinations that take the file's bytes as they are read them
     // straight in; the rest (a device, a conversion) go through staging.
@@ -466,7 +503,7 @@ fn staged_load(
         .filter(|(j, d)| j.checksum.is_some() && matches!(d.to, To::InPlace(_)))
         .map(|(j, _)| j.clone())
         .collect();
-    if !in_place.is_empty() {
+    if !in_place.is_empty() && !opts.sums_verified {
         verify(&parts, &in_place, readers).map_err(|e| *e.error)?;
     }
 

@@ -104,7 +104,7 @@ pub use save::{DEFAULT_MAX_SHARD_SIZE, SaveOptions, SaveReport};
 pub(crate) use save::{Staged, new_save_id, sync_file, write_atomic, write_tensors};
 #[cfg(feature = "burn")]
 pub(crate) use save::{Streamed, save_streamed};
-pub(crate) use source::{Opened, open as open_checkpoint};
+pub(crate) use source::{Opened, Part, open as open_checkpoint};
 pub use tensor::Tensor;
 
 use crate::sharing::VariableStore;

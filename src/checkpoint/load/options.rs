@@ -64,6 +64,11 @@ pub struct LoadOptions {
     /// How many threads read a staged load's files; 0: as many as the
     /// machine has cores, at most 8.
     pub(crate) readers: usize,
+    /// Whether the checksums of the tensors a staged load writes in place
+    /// were verified by the caller just before (the ranks' sharded load
+    /// verifies every rank's part first, then loads): the load skips its
+    /// own first pass over them.
+    pub(crate) sums_verified: bool,
 }
 
 impl Default for LoadOptions {
@@ -128,6 +133,7 @@ impl LoadOptions {
             create_with: None,
             staging: DEFAULT_STAGING_BUDGET,
             readers: 0,
+            sums_verified: false,
         }
     }
 

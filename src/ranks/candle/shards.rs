@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use candle_core::{Tensor, Var};
+use candle_core::Var;
 use rustc_hash::FxHashSet;
 
 use super::plan::{CandlePlan, candle, check_file};
@@ -87,7 +87,8 @@ fn bad(key: &str, e: &checkpoint::Error) -> Error {
 /// in `carry` for the segment after it, which the buckets send next.
 struct InVars<'a> {
     part: &'a [(String, Var)],
-    /// Per variable, the bytes of its element a segment ended in.
+    /// Per variable, the bytes of its element a segment ended in (fewer
+    /// than an element's).
     carry: Vec<Vec<u8>>,
     /// Per variable, the bytes received so far.
     received: Vec<usize>,
@@ -157,15 +158,33 @@ impl Values for InVars<'_> {
         self.received[var] += from.len();
         let size = v.as_tensor().dtype().size_in_bytes();
         let carry = &mut self.carry[var];
-        let first = (at - carry.len()) / size;
-        carry.extend_from_slice(from);
-        let whole = carry.len() / size * size;
+        let mut first = (at - carry.len()) / size;
+        let mut from = from;
+        if !carry.is_empty() {
+            // The element the last segment ended inside, completed first.
+            let take = (size - carry.len()).min(from.len());
+            carry.extend_from_slice(&from[..take]);
+            from = &from[take..];
+            if carry.len() < size {
+                return Ok(());
+            }
+            if self.failed.is_none() {
+                if let Err(e) = Self::set(key, v, first, carry) {
+                    self.failed = Some(e);
+                }
+            }
+            carry.clear();
+            first += 1;
+        }
+        // The whole elements straight from the segment; only the bytes of
+        // an element it ends inside wait (never more than an element's).
+        let whole = from.len() / size * size;
         if whole > 0 && self.failed.is_none() {
-            if let Err(e) = Self::set(key, v, first, &carry[..whole]) {
+            if let Err(e) = Self::set(key, v, first, &from[..whole]) {
                 self.failed = Some(e);
             }
         }
-        carry.drain(..whole);
+        carry.extend_from_slice(&from[whole..]);
         Ok(())
     }
 }
@@ -307,12 +326,16 @@ impl CandlePlan {
     /// index and every shard's header against its store (every name, dtype
     /// and shape; a missing or torn shard) and the ranks exchange the
     /// outcome, so a checkpoint that does not fit changes no rank's store;
-    /// then each rank keeps a copy of the values of its part and reads the
-    /// part; if any rank's read fails, every rank puts its copy back.
-    /// O(headers + variables × depth + bytes of this rank's part) read,
-    /// plus the broadcast of every part (O(bytes) per rank); memory: this
-    /// rank's part's old values (on their device) while it reads, then, on
-    /// the host, one bucket and a segment's copies: each part goes from its
+    /// then every rank verifies the checksums of its part's tensors in the
+    /// files, writing nothing, and the ranks exchange that outcome too, so
+    /// a corrupted tensor in any rank's part changes no rank's store; only
+    /// then does each rank read its part into its variables, in place. No
+    /// copy of the old values is kept, on the host or on a device.
+    /// O(headers + variables × depth + bytes of this rank's part) read
+    /// twice (the checksums' pass and the load's), plus the broadcast of
+    /// every part (O(bytes) per rank); memory: the store's staging budget
+    /// while a rank reads, then, on the host, one bucket and a segment's
+    /// copies: each part goes from its
     /// rank's variables to the others' a bucket segment at a time, read from
     /// and written into the variables on their devices (a segment that ends
     /// inside an element keeps that element's bytes for the next). A world
@@ -327,9 +350,12 @@ impl CandlePlan {
     /// match its checksum; [`Error::Candle`]), and on the others
     /// [`Error::PeerFailed`]; the stores are unchanged. [`Error::Diverged`]
     /// when the ranks loaded different bytes (files that differ between
-    /// hosts). Should candle fail to set a value received from another
-    /// rank, [`Error::Candle`] on that rank and [`Error::PeerFailed`] on
-    /// the others, the stores then partly loaded.
+    /// hosts). Two failures can come after every check has passed and
+    /// leave the stores partly loaded, with that rank's error and
+    /// [`Error::PeerFailed`] on the others: the disk failing to read a part
+    /// that verified a moment before ([`checkpoint::Error::Data`] with
+    /// `rolled_back: false`), and candle failing to set a value received
+    /// from another rank ([`Error::Candle`]).
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
@@ -370,39 +396,35 @@ impl CandlePlan {
         let mine = &named[ranges[comm.rank()].clone()];
         let solo = comm.size() == 1;
         let keys: Vec<String> = mine.iter().map(|(k, _)| k.clone()).collect();
-        // The values this rank is about to overwrite, to put back if a
-        // rank's read fails.
-        let old: Result<Vec<Tensor>, Error> = mine
-            .iter()
-            .map(|(k, v)| v.as_tensor().copy().map_err(|e| candle(k, e)))
-            .collect();
         // Any error here is settled below with the others', never returned
         // before it: the other ranks wait in that settle.
-        let (old, read) = match old {
-            Err(e) => (Vec::new(), Err(e)),
-            Ok(old) if keys.is_empty() => (old, Ok(())),
-            Ok(old) => {
-                let wanted: Arc<FxHashSet<String>> = Arc::new(keys.iter().cloned().collect());
-                let opts = LoadOptions::new().filter(move |k| wanted.contains(k));
-                // The store's load checks each tensor's checksum on the
-                // bytes it reads, and writes into the variables.
-                let read = store.load(dir, &opts).map(|_| ()).map_err(Error::from);
-                (old, read)
-            }
+        let wanted: Arc<FxHashSet<String>> = Arc::new(keys.iter().cloned().collect());
+        let opts = LoadOptions::new().filter(move |k| wanted.contains(k));
+        // First every rank verifies its part's checksums against the
+        // files, writing nothing, so that a corrupted part anywhere
+        // changes no rank's store; no copy of the old values is kept.
+        let verified = if keys.is_empty() {
+            Ok(())
+        } else {
+            store.verify_sums(dir, &opts).map_err(Error::from)
         };
-        match settle(comm, &mut self.gathered, "reading the shards", read, None) {
-            Ok(()) => {}
-            Err(err) => {
-                // Here or elsewhere, a read failed: every rank puts back
-                // what it had (a load that failed here may have written
-                // some of it).
-                for ((k, v), t) in mine.iter().zip(&old) {
-                    v.set(t).map_err(|e| candle(k, e))?;
-                }
-                return Err(err);
-            }
-        }
-        drop(old);
+        settle(
+            comm,
+            &mut self.gathered,
+            "verifying the shards",
+            verified,
+            None,
+        )?;
+        // Then each rank reads its part into its variables, in place (its
+        // checksums checked again on the bytes as they are read).
+        let read = if keys.is_empty() {
+            Ok(())
+        } else {
+            let mut opts = opts;
+            opts.sums_verified = true;
+            store.load(dir, &opts).map(|_| ()).map_err(Error::from)
+        };
+        settle(comm, &mut self.gathered, "reading the shards", read, None)?;
 
         // Each part from its rank to the others, from and into the
         // variables a bucket segment at a time (alone, a rank sends
