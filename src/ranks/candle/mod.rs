@@ -6,6 +6,7 @@
 //!
 //! | file | role |
 //! |---|---|
+//! | `in_tensors.rs` | tensors as the values of a bucketed broadcast, written in place on their devices |
 //! | `in_place.rs` | the in-place swap of `CandlePlan::all_reduce_in_place` |
 //! | `plan.rs` | [`CandlePlan`](crate::ranks::CandlePlan): agreement, broadcast, all-reduce, consistency, checkpoints on one rank |
 //! | `shards.rs` | `CandlePlan`'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
@@ -17,6 +18,7 @@
 //! `layout/`, `vars/`, `transport/` and `error.rs`.
 
 pub(super) mod in_place;
+pub(super) mod in_tensors;
 pub(super) mod plan;
 pub(super) mod shards;
 pub(super) mod staging;

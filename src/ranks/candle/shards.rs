@@ -10,9 +10,10 @@ use std::sync::Arc;
 use candle_core::Var;
 use rustc_hash::FxHashSet;
 
-use super::plan::{CandlePlan, candle, check_file};
+use super::in_tensors::{InTensors, bad};
+use super::plan::{CandlePlan, check_file};
 use crate::candle::CandleStore;
-use crate::checkpoint::{self, Checkpointable, Dtype, LoadOptions, SaveOptions, sync_file};
+use crate::checkpoint::{Checkpointable, Dtype, LoadOptions, SaveOptions, sync_file};
 use crate::ranks::checkpoints::shards::{
     Prepared, ShardedLoad, ShardedSave, checksum_text, cut_whole, make_dir, name_save, publish,
     same_floats, shard_meta, written,
@@ -22,7 +23,6 @@ use crate::ranks::plan::agree::settle;
 use crate::ranks::plan::bucketed::broadcast_values;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::vars::manifest::{Manifest, ManifestEntry};
-use crate::ranks::vars::values::Values;
 
 /// The checksum entry of a variable's bytes as held, hashed piece by piece
 /// as a save streams them (a device tensor through two staging pieces), so
@@ -71,122 +71,6 @@ pub(super) fn write_shard(
     let report = store.save_file_with(&path, &mine)?;
     saved.keys = report.keys;
     Ok(sync_file(&path)?)
-}
-
-/// A checkpoint layer's failure on the variable `key`, as a candle error
-/// naming it.
-fn bad(key: &str, e: &checkpoint::Error) -> Error {
-    candle(key, candle_core::Error::Msg(e.to_string()))
-}
-
-/// One rank's part during a load's broadcast, read from the sending
-/// rank's variables and written into the others' a bucket segment at a
-/// time, in place on their devices (the model and the optimizer see the
-/// values): no host copy of the part. A segment may end inside an element
-/// (the buckets count bytes, over variables of any dtype); those bytes wait
-/// in `carry` for the segment after it, which the buckets send next.
-struct InVars<'a> {
-    part: &'a [(String, Var)],
-    /// Per variable, the bytes of its element a segment ended in (fewer
-    /// than an element's).
-    carry: Vec<Vec<u8>>,
-    /// Per variable, the bytes received so far.
-    received: Vec<usize>,
-    /// The first failure to read or write a value on this rank; the
-    /// broadcasts go on (every rank makes them alike, a failed read sending
-    /// zeros) and it is settled after them.
-    failed: Option<Error>,
-}
-
-impl<'a> InVars<'a> {
-    fn new(part: &'a [(String, Var)]) -> Self {
-        Self {
-            part,
-            carry: vec![Vec::new(); part.len()],
-            received: vec![0; part.len()],
-            failed: None,
-        }
-    }
-
-    /// Writes the whole elements of `from` (little-endian bytes of `var`'s
-    /// dtype, starting at element `first`) into `var` in place. O(bytes).
-    fn set(key: &str, var: &Var, first: usize, from: &[u8]) -> Result<(), Error> {
-        let size = var.as_tensor().dtype().size_in_bytes();
-        let dtype: Dtype = var.as_tensor().dtype().into();
-        let n = from.len() / size;
-        let piece = <Var as Checkpointable>::from_le_bytes(dtype, &[n], from.to_vec())
-            .map_err(|e| bad(key, &e))?;
-        (piece.as_tensor().to_device(var.device()))
-            .and_then(|p| var.as_tensor().flatten_all()?.slice_set(&p, 0, first))
-            .map_err(|e| candle(key, e))
-    }
-}
-
-impl Values for InVars<'_> {
-    /// The bytes `at..at + into.len()` of the variable: the elements that
-    /// cover them, copied to the host. O(segment).
-    fn read(&mut self, var: usize, at: usize, into: &mut [u8]) -> Result<(), Error> {
-        let (key, v) = &self.part[var];
-        let size = v.as_tensor().dtype().size_in_bytes();
-        let (first, end) = (at / size, (at + into.len()).div_ceil(size));
-        let bytes = (v.as_tensor().flatten_all())
-            .and_then(|t| t.narrow(0, first, end - first))
-            .and_then(|t| crate::candle::host_bytes(&t));
-        let skip = at - first * size;
-        match bytes {
-            Ok(bytes) => into.copy_from_slice(&bytes[skip..skip + into.len()]),
-            Err(e) => {
-                into.fill(0);
-                self.failed.get_or_insert(candle(key, e));
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes the segment's whole elements into the variable, keeping the
-    /// bytes of an element it ends inside for the next segment. O(segment).
-    fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error> {
-        let (key, v) = &self.part[var];
-        if at != self.received[var] {
-            // The buckets send each variable's bytes in order: a bug here.
-            self.failed.get_or_insert(Error::BadBuffers {
-                op: "loading the shards",
-                reason: format!("`{key}`: bytes from {at} after {}", self.received[var]),
-            });
-            return Ok(());
-        }
-        self.received[var] += from.len();
-        let size = v.as_tensor().dtype().size_in_bytes();
-        let carry = &mut self.carry[var];
-        let mut first = (at - carry.len()) / size;
-        let mut from = from;
-        if !carry.is_empty() {
-            // The element the last segment ended inside, completed first.
-            let take = (size - carry.len()).min(from.len());
-            carry.extend_from_slice(&from[..take]);
-            from = &from[take..];
-            if carry.len() < size {
-                return Ok(());
-            }
-            if self.failed.is_none() {
-                if let Err(e) = Self::set(key, v, first, carry) {
-                    self.failed = Some(e);
-                }
-            }
-            carry.clear();
-            first += 1;
-        }
-        // The whole elements straight from the segment; only the bytes of
-        // an element it ends inside wait (never more than an element's).
-        let whole = from.len() / size * size;
-        if whole > 0 && self.failed.is_none() {
-            if let Err(e) = Self::set(key, v, first, &from[..whole]) {
-                self.failed = Some(e);
-            }
-        }
-        carry.extend_from_slice(&from[whole..]);
-        Ok(())
-    }
 }
 
 impl CandlePlan {
@@ -432,7 +316,7 @@ impl CandlePlan {
         // settled after the broadcasts, which every rank makes alike.
         let mut outcome = Ok(());
         for (rank, range) in ranges.iter().enumerate().filter(|_| !solo) {
-            let mut values = InVars::new(&named[range.clone()]);
+            let mut values = InTensors::of_vars(&named[range.clone()]);
             let nbytes = sizes[range.clone()].iter().map(|&n| n as usize);
             broadcast_values(comm, rank, nbytes, self.byte_cap, &mut values)?;
             if let (Some(e), Ok(())) = (values.failed, &outcome) {
