@@ -75,7 +75,14 @@
 //! AdamW moments of its own slice of the parameters only
 //! (`ranks::ZeroAdamW`): the gradients are reduce-scattered, each rank
 //! steps its slice and the parameters are all-gathered; at 2 ranks it ends
-//! bit-identical to the replicated run, which CI checks. The run fails if
+//! bit-identical to the replicated run, which CI checks. `--checkpoint DIR
+//! --save-at K` saves the parameters (`CandlePlan::save_shards`, every rank
+//! a shard) and AdamW's state after K steps (with `--zero`,
+//! `ZeroAdamW::save_shards`: every rank its moments), and `--resume DIR`
+//! goes on from there at any number of ranks, with or without `--zero`:
+//! both hold AdamW's whole state. CI saves a ZeRO run at 2 ranks and
+//! resumes it in one process with `--accumulate 2` and, replicated, at 2
+//! ranks; each ends with the uninterrupted run's digest. The run fails if
 //! the ranks' parameters or held-out losses differ, or if the held-out
 //! loss does not fall.
 
@@ -119,6 +126,13 @@ struct Args {
     /// ZeRO stage 1 across ranks: each rank keeps and steps the AdamW
     /// moments of its slice only.
     zero: bool,
+    /// Across ranks: save the parameters and the optimizer's state into
+    /// this directory after `save_at` steps.
+    checkpoint: Option<PathBuf>,
+    save_at: usize,
+    /// Across ranks: start from a checkpoint `--checkpoint` wrote (at any
+    /// number of ranks, ZeRO or not).
+    resume: Option<PathBuf>,
 }
 
 impl Args {
@@ -136,6 +150,9 @@ impl Args {
             accumulate: 1,
             nccl: false,
             zero: false,
+            checkpoint: None,
+            save_at: 0,
+            resume: None,
         };
         let mut it = std::env::args().skip(1);
         while let Some(flag) = it.next() {
@@ -153,12 +170,16 @@ impl Args {
                 "--accumulate" => a.accumulate = value()?.parse()?,
                 "--nccl" => a.nccl = true,
                 "--zero" => a.zero = true,
+                "--checkpoint" => a.checkpoint = Some(value()?.into()),
+                "--save-at" => a.save_at = value()?.parse()?,
+                "--resume" => a.resume = Some(value()?.into()),
                 "-h" | "--help" => {
                     println!(
                         "train_llama2_c [--steps N] [--finetune-steps N] [--batch N] [--lr X] \
                          [--seed N] [--dir PATH (default: a new directory under the temp dir)] \
                          [--device cpu|cuda] [--check-steps N] [--save-every N] \
-                         [--accumulate MICRO-BATCHES] [--nccl] [--zero]"
+                         [--accumulate MICRO-BATCHES] [--nccl] [--zero] \
+                         [--checkpoint DIR --save-at STEP] [--resume DIR]"
                     );
                     std::process::exit(0);
                 }
@@ -170,6 +191,9 @@ impl Args {
         }
         if a.save_every == 0 || a.check_steps < 2 {
             return Err("--save-every must be positive and --check-steps at least 2".into());
+        }
+        if a.checkpoint.is_some() != (a.save_at > 0) {
+            return Err("--checkpoint DIR and --save-at STEP (at least 1) go together".into());
         }
         Ok(a)
     }
@@ -411,7 +435,8 @@ fn main() -> Res<()> {
     #[cfg(not(feature = "mpi"))]
     let world = scopetree::ranks::SingleProcess;
     let world: &dyn Collective = &world;
-    if world.size() > 1 || a.accumulate > 1 || a.nccl || a.zero {
+    let saves = a.checkpoint.is_some() || a.resume.is_some();
+    if world.size() > 1 || a.accumulate > 1 || a.nccl || a.zero || saves {
         return across_ranks(&a, world);
     }
     let dev = device(&a.device)?;
@@ -930,6 +955,28 @@ fn across_ranks(a: &Args, world: &dyn Collective) -> Res<()> {
     } else {
         Step::Replicated(StoreAdamW::for_store(&store, "", params)?)
     };
+    // Resumed: the parameters and the optimizer's state from a checkpoint
+    // of any number of ranks, ZeRO or replicated (both hold AdamW's whole
+    // state, `<name>.m`, `<name>.v` and `step`), at the step it was saved.
+    let first = match &a.resume {
+        None => 0,
+        Some(dir) => {
+            plan.load_shards(world, &store, dir.join("params"))?;
+            let optimizer = dir.join("optimizer");
+            let done = match &mut opt {
+                Step::Replicated(opt) => {
+                    opt.state().load(&optimizer, &LoadOptions::new())?;
+                    opt.step_count()?
+                }
+                Step::Zero(opt) => {
+                    opt.load_shards(world, &mut plan, &optimizer)?;
+                    opt.step_count()?
+                }
+            };
+            say!("resumed from {} at step {done}", dir.display());
+            usize::try_from(done)?
+        }
+    };
     let vars = plan.vars().to_vec();
     say!(
         "ranks: {ranks}; {} steps of a global batch of {} windows of {} bytes, {} per rank in {} micro-batch(es)",
@@ -947,7 +994,7 @@ fn across_ranks(a: &Args, world: &dyn Collective) -> Res<()> {
     let mut cache = rotary(&cfg, &dev)?;
     dev.synchronize()?;
     let t0 = Instant::now();
-    for step in 0..a.steps {
+    for step in first..a.steps {
         let starts = step_starts(train_text, a.seed, step, a.batch);
         let (mut grads, sum) = micro_grads(&micro, &vars, |range| {
             let (x, y) = batch(train_text, &starts[range], cfg.seq_len, &dev)?;
@@ -963,6 +1010,24 @@ fn across_ranks(a: &Args, world: &dyn Collective) -> Res<()> {
                 opt.step(&grads)?;
                 transport.all_gather(&mut plan, world)?;
             }
+        }
+        if let (Some(dir), true) = (&a.checkpoint, step + 1 == a.save_at) {
+            // Every rank writes a shard of the parameters; the optimizer's
+            // state: with ZeRO every rank its moments, replicated rank 0.
+            plan.save_shards(world, &store, dir.join("params"), &SaveOptions::new())?;
+            let optimizer = dir.join("optimizer");
+            match &opt {
+                Step::Replicated(opt) => {
+                    if rank == 0 {
+                        opt.state().save_sharded(&optimizer, &SaveOptions::new())?;
+                    }
+                    world.barrier()?;
+                }
+                Step::Zero(opt) => {
+                    opt.save_shards(world, &mut plan, &optimizer)?;
+                }
+            }
+            say!("saved after step {step} into {}", dir.display());
         }
         if step % 50 == 0 || step + 1 == a.steps {
             // The training loss over the global batch: the ranks' mean.

@@ -200,13 +200,24 @@ with lzma.open(sys.argv[1], "rb") as f:
         echo "FAIL llama2_c: 2 ranks on the GPU"; fails=$((fails + 1))
     fi
     local zero
-    zero=$("$mpirun" --oversubscribe -np 2 -x LD_LIBRARY_PATH "$work/train_llama2_c" --device cuda --steps 40 --batch 24 --zero 2>&1 \
+    zero=$("$mpirun" --oversubscribe -np 2 -x LD_LIBRARY_PATH "$work/train_llama2_c" --device cuda --steps 40 --batch 24 --zero \
+        --checkpoint "$work/llama-ck" --save-at 20 2>&1 \
         | tee "$work/llama-zero.log" | grep '^parameters: digest')
     grep '^FIGURE ranks' "$work/llama-zero.log"
     if [ -n "$zero" ] && [ "$zero" = "$ranks" ]; then
         echo "PASS llama2_c: ZeRO at 2 ranks on the GPU bit-identical to the replicated run"
     else
         echo "FAIL llama2_c: --zero ($zero against $ranks)"; fails=$((fails + 1))
+    fi
+    # Its checkpoint after step 20 (every rank its moments, from the GPU)
+    # resumed in one process accumulating 2 micro-batches.
+    local resumed
+    resumed=$("$work/train_llama2_c" --device cuda --steps 40 --batch 24 --zero --accumulate 2 \
+        --resume "$work/llama-ck" 2>&1 | grep '^parameters: digest')
+    if [ -n "$resumed" ] && [ "$resumed" = "$ranks" ]; then
+        echo "PASS llama2_c: the ZeRO checkpoint of 2 ranks resumed in 1 process on the GPU ends bit-identical"
+    else
+        echo "FAIL llama2_c: resumed ZeRO ($resumed against $ranks)"; fails=$((fails + 1))
     fi
     ranks=$("$work/train_llama2_c" --device cuda --steps 40 --batch 24 --accumulate 2 --nccl 2>&1 | grep '^parameters: digest')
     if [ -n "$ranks" ] && [ "$ranks" = "$one" ]; then

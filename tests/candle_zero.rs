@@ -3,7 +3,9 @@
 //! bit-identical to the replicated step (`all_reduce` and scopetree's
 //! AdamW) at 1 to 4 ranks run as threads, whose sums add in rank order as
 //! the all-reduce's do; each rank keeps the moments of its slice only; and
-//! bad gradients change nothing; and (release mode) a ZeRO step costs
+//! bad gradients change nothing; the optimizer's state saved by every rank
+//! is scopetree's AdamW's whole state, and loads at any number of ranks;
+//! and (release mode) a ZeRO step costs
 //! O(variables), in buckets that cut the slice into many rounds. The same
 //! over MPI, at 2 ranks, is in `tests/ranks_mpi_candle.rs`.
 
@@ -296,6 +298,227 @@ fn an_optimizer_of_another_world_is_refused() -> R {
         let err = got.expect_err("a world of 2 with a plan cut for 1");
         assert!(matches!(err, Error::BadOption { .. }), "{err:?}");
         assert!(err.to_string().contains("cut for 1 rank(s)"), "{err}");
+    }
+    Ok(())
+}
+
+/// Every piece of `opt`'s slice: the moment's key, where the piece starts
+/// and its bits (as `f64`s), and the step count.
+fn pieces_of(opt: &ZeroAdamW, plan: &CandlePlan, rank: usize) -> Result<Pieces, String> {
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let mut out = Vec::new();
+    for p in plan.partition().pieces(rank) {
+        let key = &plan.manifest().entries()[p.var].key;
+        for which in ["m", "v"] {
+            let name = format!("{key}.{which}");
+            let var = (opt.state().var(&name).map_err(|x| e(&x))?)
+                .ok_or_else(|| format!("{name} missing"))?;
+            let vals: Vec<f64> = (var.flatten_all())
+                .and_then(|t| t.to_dtype(DType::F64))
+                .and_then(|t| t.to_vec1())
+                .map_err(|x| e(&x))?;
+            out.push((name, p.start, vals.iter().map(|x| x.to_bits()).collect()));
+        }
+    }
+    Ok((out, opt.step_count().map_err(|x| e(&x))?))
+}
+
+type Pieces = (Vec<(String, usize, Vec<u64>)>, u64);
+
+/// Checks `pieces` (a rank's, of [`pieces_of`]) against the whole state
+/// `whole` ([`bits`] of an `AdamW`'s state store) after `steps` steps.
+fn assert_pieces_of(whole: &[(String, Vec<u64>)], pieces: &Pieces, steps: u64, what: &str) {
+    let (list, count) = pieces;
+    assert_eq!(*count, steps, "{what}: the step count");
+    for (name, start, got) in list {
+        let (_, all) = whole
+            .iter()
+            .find(|(k, _)| k == name)
+            .unwrap_or_else(|| panic!("{what}: {name} not in the whole state"));
+        assert_eq!(
+            got.as_slice(),
+            &all[*start..*start + got.len()],
+            "{what}: {name} from {start}"
+        );
+    }
+}
+
+/// AdamW's state saved by one process resumes in ZeRO at 1 to 4 ranks
+/// (each rank reading its slice), the next step ends bit-identical to the
+/// process's own; the ZeRO state saved at those ranks is AdamW's whole
+/// state again, which one process loads strictly and ZeRO loads at another
+/// number of ranks.
+#[test]
+fn adamw_and_zero_states_resume_each_other_at_1_to_4_ranks() -> R {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().to_owned();
+    // One process: two steps, saved, and a third.
+    let one = store()?;
+    let mut opt = AdamW::for_store(&one, "", params())?;
+    for step in 0..2 {
+        candle_nn::Optimizer::step(&mut opt, &grads(&one, 0, step)?)?;
+    }
+    one.save_sharded(root.join("params"), &Default::default())?;
+    opt.state()
+        .save_sharded(root.join("adamw"), &Default::default())?;
+    candle_nn::Optimizer::step(&mut opt, &grads(&one, 0, 2)?)?;
+    let (params3, state3) = (bits(&one)?, bits(opt.state())?);
+
+    for n in 1..=4 {
+        let zdir = root.join(format!("zero-{n}"));
+        let out = thread_world::run(n, |world| -> Result<_, String> {
+            let e = |x: &dyn std::fmt::Display| format!("rank {}: {x}", world.rank());
+            let s = store().map_err(|x| e(&x))?;
+            let mut plan = CandlePlan::new(world, &s, &PlanOptions::new().bucket_bytes(12))
+                .map_err(|x| e(&x))?;
+            plan.load_shards(world, &s, root.join("params"))
+                .map_err(|x| e(&x))?;
+            let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+            let loaded = z
+                .load_shards(world, &mut plan, root.join("adamw"))
+                .map_err(|x| e(&x))?;
+            let resumed = z.step_count().map_err(|x| e(&x))?;
+            // Every rank the same gradient: no reduction needed.
+            z.step(&grads(&s, 0, 2).map_err(|x| e(&x))?)
+                .map_err(|x| e(&x))?;
+            plan.all_gather(world).map_err(|x| e(&x))?;
+            let saved = z.save_shards(world, &mut plan, &zdir).map_err(|x| e(&x))?;
+            Ok((resumed, bits(&s)?, loaded.keys.len(), saved.mine.is_some()))
+        });
+        let mut writers = 0;
+        for (rank, got) in out.into_iter().enumerate() {
+            let (resumed, after, keys, wrote) = got?;
+            let what = format!("{n} ranks, rank {rank}");
+            assert_eq!(resumed, 2, "{what}");
+            assert_eq!(after, params3, "{what}: the resumed step");
+            assert!(keys >= 1, "{what}: the step count at least");
+            writers += usize::from(wrote);
+        }
+        assert!((1..=n).contains(&writers), "{n} ranks: {writers} shards");
+
+        // One process loads the ZeRO save strictly: AdamW's whole state.
+        let fresh = AdamW::for_store(&store()?, "", params())?;
+        fresh
+            .state()
+            .load(&zdir, &scopetree::checkpoint::LoadOptions::new())?;
+        assert_eq!(
+            bits(fresh.state())?,
+            state3,
+            "{n} ranks' save, loaded whole"
+        );
+
+        // ZeRO loads it at another number of ranks.
+        let m = n % 4 + 1;
+        let out = thread_world::run(m, |world| -> Result<_, String> {
+            let e = |x: &dyn std::fmt::Display| format!("rank {}: {x}", world.rank());
+            let s = store().map_err(|x| e(&x))?;
+            let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+            let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+            z.load_shards(world, &mut plan, &zdir).map_err(|x| e(&x))?;
+            pieces_of(&z, &plan, world.rank())
+        });
+        for (rank, got) in out.into_iter().enumerate() {
+            let what = format!("saved at {n}, loaded at {m}, rank {rank}");
+            assert_pieces_of(&state3, &got?, 3, &what);
+        }
+    }
+    Ok(())
+}
+
+/// A ZeRO state whose files do not fit the plan, or hold a corrupted
+/// tensor in the last rank's part, changes no rank's state; a plan that is
+/// not the optimizer's is refused.
+#[test]
+fn a_zero_state_that_does_not_fit_or_is_corrupted_changes_nothing() -> R {
+    let dir = tempfile::tempdir()?;
+    let root = dir.path().to_owned();
+    let saved = thread_world::run(3, |world| -> Result<_, String> {
+        let e = |x: &dyn std::fmt::Display| x.to_string();
+        let s = store().map_err(|x| e(&x))?;
+        let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+        let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+        z.step(&grads(&s, 0, 0).map_err(|x| e(&x))?)
+            .map_err(|x| e(&x))?;
+        let saved = z.save_shards(world, &mut plan, &root).map_err(|x| e(&x))?;
+        Ok(saved.shards)
+    });
+    let shards = saved.into_iter().next().expect("rank 0")?;
+    let last = root.join(shards.last().expect("a shard"));
+    let mut bytes = std::fs::read(&last)?;
+    let end = bytes.len() - 1;
+    bytes[end] ^= 0x40;
+    std::fs::write(&last, &bytes)?;
+
+    // Corrupted: one rank finds it, every state stays as made.
+    let out = thread_world::run(3, |world| -> Result<_, String> {
+        let e = |x: &dyn std::fmt::Display| x.to_string();
+        let s = store().map_err(|x| e(&x))?;
+        let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+        let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+        let before = pieces_of(&z, &plan, world.rank())?;
+        let err = z.load_shards(world, &mut plan, &root).err();
+        Ok((before, pieces_of(&z, &plan, world.rank())?, err))
+    });
+    let mut corrupted = 0;
+    for (rank, got) in out.into_iter().enumerate() {
+        let (before, after, err) = got?;
+        assert_eq!(
+            after, before,
+            "rank {rank}: a refused load changed the state"
+        );
+        match err {
+            Some(Error::Corrupted { .. }) => corrupted += 1,
+            Some(Error::PeerFailed { .. }) => {}
+            other => panic!("rank {rank}: {other:?}"),
+        }
+    }
+    assert_eq!(corrupted, 1, "the rank that verifies the last tensor");
+    std::fs::write(&last, {
+        bytes[end] ^= 0x40;
+        &bytes
+    })?;
+
+    // A variable the files lack: every rank names its moments.
+    let out = thread_world::run(2, |world| -> Result<_, String> {
+        let e = |x: &dyn std::fmt::Display| x.to_string();
+        let s = store().map_err(|x| e(&x))?;
+        s.get(3, "f.extra", Init::Const(1.0), DType::F32, &CPU)
+            .map_err(|x| e(&x))?;
+        let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+        let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+        let before = pieces_of(&z, &plan, world.rank())?;
+        let err = z.load_shards(world, &mut plan, &root).err();
+        Ok((before, pieces_of(&z, &plan, world.rank())?, err))
+    });
+    for (rank, got) in out.into_iter().enumerate() {
+        let (before, after, err) = got?;
+        assert_eq!(after, before, "rank {rank}");
+        let err = err.expect("a refused load");
+        assert!(matches!(err, Error::Checkpoint(_)), "rank {rank}: {err}");
+        assert!(err.to_string().contains("f.extra.m"), "rank {rank}: {err}");
+    }
+
+    // The plan of another store: refused before anything is read.
+    let out = thread_world::run(2, |world| -> Result<_, String> {
+        let e = |x: &dyn std::fmt::Display| x.to_string();
+        let s = store().map_err(|x| e(&x))?;
+        let plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+        let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+        let other = CandleStore::new();
+        other
+            .get(40, "w", Init::Const(1.0), DType::F32, &CPU)
+            .map_err(|x| e(&x))?;
+        let mut wrong = CandlePlan::new(world, &other, &PlanOptions::new()).map_err(|x| e(&x))?;
+        let load = z.load_shards(world, &mut wrong, &root).err();
+        let save = z.save_shards(world, &mut wrong, root.join("x")).err();
+        Ok((load, save))
+    });
+    for (rank, got) in out.into_iter().enumerate() {
+        let (load, save) = got?;
+        for err in [load, save] {
+            let err = err.expect("refused");
+            assert!(matches!(err, Error::BadOption { .. }), "rank {rank}: {err}");
+        }
     }
     Ok(())
 }

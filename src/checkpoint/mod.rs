@@ -102,9 +102,11 @@ pub use load::{DEFAULT_STAGING_BUDGET, DtypePolicy, LoadOptions, LoadReport};
 pub(crate) use save::save_staged_sharded;
 pub use save::{DEFAULT_MAX_SHARD_SIZE, SaveOptions, SaveReport};
 pub(crate) use save::{Staged, new_save_id, sync_file, write_atomic, write_tensors};
-#[cfg(feature = "burn")]
+#[cfg(any(feature = "burn", feature = "candle"))]
 pub(crate) use save::{Streamed, save_streamed};
-pub(crate) use source::{Opened, Part, open as open_checkpoint};
+#[cfg(feature = "candle")]
+pub(crate) use source::Part;
+pub(crate) use source::{Opened, open as open_checkpoint};
 pub use tensor::Tensor;
 
 use crate::sharing::VariableStore;

@@ -503,7 +503,7 @@ pub(crate) fn save_staged_sharded(
 /// One tensor held outside a tree whose bytes `write` streams from
 /// `value` while its file is written (a burn module's tensor, read back
 /// from its device only then), for [`save_streamed`].
-#[cfg(feature = "burn")]
+#[cfg(any(feature = "burn", feature = "candle"))]
 pub(crate) struct Streamed<'a> {
     pub(crate) key: String,
     pub(crate) dtype: Dtype,
@@ -521,7 +521,7 @@ pub(crate) struct Streamed<'a> {
 /// written (under [`CHECKSUM_PREFIX`](super::index::CHECKSUM_PREFIX)): the
 /// header comes first, so each tensor is streamed twice, once to hash it.
 /// O(bytes); memory: one piece of one tensor, plus what `write` holds.
-#[cfg(feature = "burn")]
+#[cfg(any(feature = "burn", feature = "candle"))]
 pub(crate) fn save_streamed(
     mut tensors: Vec<Streamed<'_>>,
     path: &Path,
@@ -569,10 +569,10 @@ pub(crate) fn save_streamed(
 }
 
 /// A writer that hashes what it is given.
-#[cfg(feature = "burn")]
+#[cfg(any(feature = "burn", feature = "candle"))]
 struct HashSink<'h>(&'h mut xxhash_rust::xxh3::Xxh3);
 
-#[cfg(feature = "burn")]
+#[cfg(any(feature = "burn", feature = "candle"))]
 impl Write for HashSink<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.0.update(buf);

@@ -68,6 +68,7 @@ pub struct LoadOptions {
     /// were verified by the caller just before (the ranks' sharded load
     /// verifies every rank's part first, then loads): the load skips its
     /// own first pass over them.
+    #[cfg_attr(not(feature = "candle"), allow(dead_code))]
     pub(crate) sums_verified: bool,
 }
 

@@ -61,19 +61,20 @@ impl InTensors {
                 .collect(),
         )
     }
+}
 
-    /// Writes the whole elements of `from` (little-endian bytes of `t`'s
-    /// dtype) into `t` in place from element `first`. O(bytes).
-    fn set(key: &str, t: &Tensor, first: usize, from: &[u8]) -> Result<(), Error> {
-        let size = t.dtype().size_in_bytes();
-        let dtype: Dtype = t.dtype().into();
-        let n = from.len() / size;
-        let piece = <Var as Checkpointable>::from_le_bytes(dtype, &[n], from.to_vec())
-            .map_err(|e| bad(key, &e))?;
-        (piece.as_tensor().to_device(t.device()))
-            .and_then(|p| t.flatten_all()?.slice_set(&p, 0, first))
-            .map_err(|e| candle(key, e))
-    }
+/// Writes the whole elements of `from` (little-endian bytes of `t`'s
+/// dtype) into `t` (flattened) in place from element `first`, `t` on any
+/// device. O(bytes).
+pub(super) fn set_elements(key: &str, t: &Tensor, first: usize, from: &[u8]) -> Result<(), Error> {
+    let size = t.dtype().size_in_bytes();
+    let dtype: Dtype = t.dtype().into();
+    let n = from.len() / size;
+    let piece = <Var as Checkpointable>::from_le_bytes(dtype, &[n], from.to_vec())
+        .map_err(|e| bad(key, &e))?;
+    (piece.as_tensor().to_device(t.device()))
+        .and_then(|p| t.flatten_all()?.slice_set(&p, 0, first))
+        .map_err(|e| candle(key, e))
 }
 
 /// A checkpoint layer's failure on the tensor `key`, as a candle error
@@ -141,7 +142,7 @@ impl Values for InTensors {
                 return Ok(());
             }
             if self.failed.is_none() {
-                if let Err(e) = Self::set(key, t, first, carry) {
+                if let Err(e) = set_elements(key, t, first, carry) {
                     self.failed = Some(e);
                 }
             }
@@ -152,7 +153,7 @@ impl Values for InTensors {
         // an element it ends inside wait (never more than an element's).
         let whole = from.len() / size * size;
         if whole > 0 && self.failed.is_none() {
-            if let Err(e) = Self::set(key, t, first, &from[..whole]) {
+            if let Err(e) = set_elements(key, t, first, &from[..whole]) {
                 self.failed = Some(e);
             }
         }

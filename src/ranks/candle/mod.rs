@@ -13,6 +13,7 @@
 //! | `staging.rs` | `CandlePlan` as a [`ShardedPlan`](crate::ranks::ShardedPlan): kept by a `CheckpointManager`, written beside training by an `AsyncSaver` |
 //! | `zero.rs` | ZeRO stage 1 for `CandlePlan`: its partition, `reduce_scatter` of a `GradStore`, `all_gather` of the `Var`s |
 //! | `zero_adamw.rs` | [`ZeroAdamW`](crate::ranks::ZeroAdamW): AdamW over one rank's slice, its moments on the device |
+//! | `zero_state.rs` | `ZeroAdamW`'s state in checkpoints: `save_shards` by every rank, `load_shards` at any number of ranks |
 //!
 //! It may import every room of the layer: `checkpoints/`, `plan/`,
 //! `layout/`, `vars/`, `transport/` and `error.rs`.
@@ -24,3 +25,4 @@ pub(super) mod shards;
 pub(super) mod staging;
 pub(super) mod zero;
 pub(super) mod zero_adamw;
+pub(super) mod zero_state;

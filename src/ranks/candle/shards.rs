@@ -228,7 +228,7 @@ impl CandlePlan {
     ///
     /// # Errors
     /// On the rank concerned, the checkpoint's error ([`Error::Checkpoint`]:
-    /// [`checkpoint::Error::Mismatch`] naming every missing, unexpected and
+    /// [`checkpoint::Error::Mismatch`](crate::checkpoint::Error::Mismatch) naming every missing, unexpected and
     /// mismatched tensor, a bad index, a missing or torn shard, an
     /// unreadable file; [`Error::Corrupted`] for a tensor whose bytes do not
     /// match its checksum; [`Error::Candle`]), and on the others
@@ -237,7 +237,7 @@ impl CandlePlan {
     /// hosts). Two failures can come after every check has passed and
     /// leave the stores partly loaded, with that rank's error and
     /// [`Error::PeerFailed`] on the others: the disk failing to read a part
-    /// that verified a moment before ([`checkpoint::Error::Data`] with
+    /// that verified a moment before ([`checkpoint::Error::Data`](crate::checkpoint::Error::Data) with
     /// `rolled_back: false`), and candle failing to set a value received
     /// from another rank ([`Error::Candle`]).
     ///

@@ -32,9 +32,11 @@ use crate::ranks::transport::collective::Collective;
 ///
 /// The state ([`state`](Self::state)) holds `<name>.m` and `<name>.v` of
 /// each piece of this rank's slice (the piece's elements, flat) and the
-/// step count; it belongs to this rank and this number of ranks (saving it
-/// across ranks, as `SyncPlan`'s state shards are, is not built for candle
-/// stores).
+/// step count; it belongs to this rank and this number of ranks.
+/// [`save_shards`](Self::save_shards) writes it as scopetree's `AdamW`
+/// state, whole, every rank a shard, and
+/// [`load_shards`](Self::load_shards) reads that (or an `AdamW`'s) at any
+/// number of ranks.
 ///
 /// ```
 /// use candle_core::{DType, Device};
@@ -57,21 +59,23 @@ use crate::ranks::transport::collective::Collective;
 #[derive(Debug)]
 pub struct ZeroAdamW {
     params: ParamsAdamW,
-    slices: Vec<Slice>,
+    pub(super) slices: Vec<Slice>,
     state: CandleStore,
-    step: Var,
+    pub(super) step: Var,
 }
 
 /// One piece of this rank's slice: a variable's elements
 /// `start..start + len` (flattened) and their moments.
 #[derive(Debug)]
-struct Slice {
-    key: String,
+pub(super) struct Slice {
+    pub(super) key: String,
+    /// The variable's index in the plan's manifest.
+    pub(super) var_index: usize,
     var: Var,
-    start: usize,
-    len: usize,
-    m: Var,
-    v: Var,
+    pub(super) start: usize,
+    pub(super) len: usize,
+    pub(super) m: Var,
+    pub(super) v: Var,
 }
 
 impl ZeroAdamW {
@@ -129,6 +133,7 @@ impl ZeroAdamW {
             let (m, v) = (zero("m")?, zero("v")?);
             slices.push(Slice {
                 key,
+                var_index: p.var,
                 var,
                 start: p.start,
                 len: p.len,
