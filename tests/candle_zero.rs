@@ -578,3 +578,50 @@ fn a_zero_step_costs_o_variables() {
         s.plan.all_gather(&world).expect("all-gather");
     });
 }
+
+/// The state of the ZeRO-state checkpoint scaling test: `n` variables of 4
+/// `f32`s, the plan, an optimizer after one step, and a directory.
+struct Saved {
+    plan: CandlePlan,
+    opt: ZeroAdamW,
+    dir: tempfile::TempDir,
+}
+
+fn saved_state(n: usize) -> Saved {
+    let mut s = step_state(n);
+    let mut g = GradStore::default();
+    for (v, t) in &s.grads {
+        g.insert(v.as_tensor(), t.clone());
+    }
+    s.opt.step(&g).expect("a step");
+    Saved {
+        plan: s.plan,
+        opt: s.opt,
+        dir: tempfile::tempdir().expect("a directory"),
+    }
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a scaling test: run with cargo test --release"
+)]
+fn a_zero_state_save_and_load_cost_o_variables() {
+    let world = scopetree::ranks::SingleProcess;
+    timing::Scaling::new(
+        "ZeroAdamW::save_shards + load_shards, 4 f32 per variable",
+        "variable",
+        1_000,
+        100_000,
+    )
+    .once_per_copy()
+    .units_per_op(|n| n as f64)
+    .check(saved_state, |s, _| {
+        s.opt
+            .save_shards(&world, &mut s.plan, s.dir.path())
+            .expect("a save");
+        s.opt
+            .load_shards(&world, &mut s.plan, s.dir.path())
+            .expect("a load");
+    });
+}

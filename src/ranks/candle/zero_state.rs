@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 
 use super::in_tensors::{Entry, InTensors, set_elements};
 use super::plan::{CandlePlan, candle};
-use super::zero_adamw::ZeroAdamW;
+use super::zero_adamw::{Slice, ZeroAdamW};
 use crate::candle::STEP;
 use crate::checkpoint::staged::{Job, checksum_of, read_at, verify};
 use crate::checkpoint::{
@@ -157,14 +157,18 @@ impl ZeroAdamW {
             .collect();
         let entries = plan.manifest.entries().to_vec();
         let held = Holders::new(entries.len(), &pieces);
+        // This rank's piece of each variable, if any.
+        let mut by_var: Vec<Option<&Slice>> = vec![None; entries.len()];
+        for s in &self.slices {
+            by_var[s.var_index] = Some(s);
+        }
 
         // The whole moments of the variables this rank writes that it does
         // not own whole: zeros on the variable's device, its own piece in.
         let mut whole: FxHashMap<usize, (Var, Var)> = FxHashMap::default();
         let made = (|| -> Result<(), Error> {
             for (i, e) in entries.iter().enumerate() {
-                let own_all =
-                    self.slices.iter().any(|s| s.var_index == i && s.start == 0) && !held.split[i];
+                let own_all = by_var[i].is_some_and(|s| s.start == 0) && !held.split[i];
                 if held.holder[i] != rank || own_all {
                     continue;
                 }
@@ -175,7 +179,7 @@ impl ZeroAdamW {
                     zeros().map_err(|x| candle(&e.key, x))?,
                     zeros().map_err(|x| candle(&e.key, x))?,
                 );
-                if let Some(s) = self.slices.iter().find(|s| s.var_index == i) {
+                if let Some(s) = by_var[i] {
                     (m.slice_set(&s.m, 0, 0))
                         .and_then(|()| v.slice_set(&s.v, 0, 0))
                         .map_err(|x| candle(&e.key, x))?;
@@ -201,8 +205,8 @@ impl ZeroAdamW {
                 let size = plan.vars[p.var].dtype().size_in_bytes();
                 for which in 0..2 {
                     let tensor = if owner == rank {
-                        let s = self.slices.iter().find(|s| s.var_index == p.var);
-                        s.map(|s| if which == 0 { &s.m } else { &s.v })
+                        by_var[p.var]
+                            .map(|s| if which == 0 { &s.m } else { &s.v })
                             .map(|t| t.as_tensor().clone())
                     } else if held.holder[p.var] == rank {
                         whole
@@ -243,18 +247,21 @@ impl ZeroAdamW {
                 writer_of.push(held.holder[i]);
             }
         }
-        let mut writers: Vec<usize> = writer_of.clone();
-        writers.dedup();
+        // Each writing rank's keys: a run of `writer_of` (the holders only
+        // grow), found in one pass.
+        let mut writers: Vec<usize> = Vec::new();
+        let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
+        for (k, &w) in writer_of.iter().enumerate() {
+            match (writers.last(), ranges.last_mut()) {
+                (Some(&last), Some(r)) if last == w => r.end = k + 1,
+                _ => {
+                    writers.push(w);
+                    ranges.push(k..k + 1);
+                }
+            }
+        }
         let shards: Vec<String> = (1..=writers.len())
             .map(|k| shard_name(k, writers.len()))
-            .collect();
-        let ranges = writers
-            .iter()
-            .map(|&w| {
-                let first = writer_of.iter().position(|&x| x == w).unwrap_or(0);
-                let end = writer_of.iter().rposition(|&x| x == w).map_or(0, |x| x + 1);
-                first..end
-            })
             .collect();
         let prepared = Prepared {
             save_id,
@@ -290,13 +297,10 @@ impl ZeroAdamW {
                 let (m, v) = match whole.get(&i) {
                     Some((m, v)) => (m, v),
                     None => {
-                        let s =
-                            (self.slices.iter().find(|s| s.var_index == i)).ok_or_else(|| {
-                                Error::BadBuffers {
-                                    op,
-                                    reason: format!("`{}` has no piece on its holder", e.key),
-                                }
-                            })?;
+                        let s = by_var[i].ok_or_else(|| Error::BadBuffers {
+                            op,
+                            reason: format!("`{}` has no piece on its holder", e.key),
+                        })?;
                         (&s.m, &s.v)
                     }
                 };
