@@ -115,10 +115,10 @@ impl ZeroAdamW {
     ///
     /// O(variables + ranks + bytes of this rank's shard), plus the
     /// broadcasts of the split variables' pieces (O(their bytes) per
-    /// rank). Memory: on the device, the split variables this rank writes,
-    /// whole (a slice holds pieces of at most two of them when the
-    /// variables are smaller than a slice); on the host, a bucket and a
-    /// piece of a tensor at a time.
+    /// rank). Memory: on the device, the moments of the split variable
+    /// this rank writes, whole (at most one: the variable that crosses the
+    /// end of its slice); on the host, a bucket and a piece of a tensor at
+    /// a time.
     ///
     /// # Errors
     /// [`Error::BadOption`] on every rank when `plan` is not this
