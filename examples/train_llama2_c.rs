@@ -1018,10 +1018,20 @@ fn across_ranks(a: &Args, world: &dyn Collective) -> Res<()> {
             let optimizer = dir.join("optimizer");
             match &opt {
                 Step::Replicated(opt) => {
-                    if rank == 0 {
-                        opt.state().save_sharded(&optimizer, &SaveOptions::new())?;
+                    let saved = if rank == 0 {
+                        opt.state().save_sharded(&optimizer, &SaveOptions::new())
+                    } else {
+                        Ok(Default::default())
+                    };
+                    // Every rank learns whether rank 0's save failed, so
+                    // none waits for the others.
+                    let mut failed = [0.0];
+                    world
+                        .all_reduce_sum_f64(&[f64::from(u8::from(saved.is_err()))], &mut failed)?;
+                    saved?;
+                    if failed[0] > 0.0 {
+                        return Err("rank 0 could not save the optimizer's state".into());
                     }
-                    world.barrier()?;
                 }
                 Step::Zero(opt) => {
                     opt.save_shards(world, &mut plan, &optimizer)?;
