@@ -14,7 +14,7 @@ use super::staged::{
 };
 use super::store::{CandleStore, Inner, Pending};
 use super::var::{candle_dtype, var_codec};
-use crate::checkpoint::staged::{Job, Shape, checksum_of, read_direct, read_staged, verify};
+use crate::checkpoint::staged::{Job, Shape, read_direct, read_staged, verify};
 use crate::checkpoint::{
     self, Commit, Dtype, FileTensor, LoadOptions, LoadReport, Part, Plan, Separator, Step,
 };
@@ -395,15 +395,7 @@ fn jobs_of(parts: &[Part], steps: &[(usize, FileTensor, Step)]) -> Result<Vec<Jo
     let jobs = steps
         .iter()
         .filter(|(_, _, s)| !matches!(s, Step::Skip))
-        .map(|(part, t, _)| {
-            Ok(Job {
-                part: *part,
-                offset: parts[*part].data_start + t.begin,
-                len: usize::try_from(t.end - t.begin).unwrap_or(usize::MAX),
-                key: t.key.clone(),
-                checksum: checksum_of(&parts[*part], &t.key)?,
-            })
-        })
+        .map(|(part, t, _)| Job::of(parts, *part, t))
         .collect::<Result<_, checkpoint::Error>>()?;
     Ok(jobs)
 }

@@ -18,6 +18,7 @@ use std::sync::mpsc;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::checkpoint::error::Error;
+use crate::checkpoint::header::FileTensor;
 use crate::checkpoint::index::CHECKSUM_PREFIX;
 use crate::checkpoint::source::Part;
 use crate::short;
@@ -115,6 +116,23 @@ pub(crate) struct Job {
     pub(crate) key: String,
     /// The xxh3-128 its bytes must have.
     pub(crate) checksum: Option<u128>,
+}
+
+impl Job {
+    /// The read of the whole tensor `t`, held by `parts[part]`, with the
+    /// checksum that file carries for it. O(1).
+    ///
+    /// # Errors
+    /// As [`checksum_of`].
+    pub(crate) fn of(parts: &[Part], part: usize, t: &FileTensor) -> Result<Self, Error> {
+        Ok(Self {
+            part,
+            offset: parts[part].data_start + t.begin,
+            len: usize::try_from(t.end - t.begin).unwrap_or(usize::MAX),
+            key: t.key.clone(),
+            checksum: checksum_of(&parts[part], &t.key)?,
+        })
+    }
 }
 
 /// The checksum part `part` carries for `key`, if any.

@@ -12,7 +12,7 @@ use super::in_tensors::{Entry, InTensors, set_elements};
 use super::plan::{CandlePlan, candle};
 use super::zero_adamw::{Slice, ZeroAdamW};
 use crate::candle::STEP;
-use crate::checkpoint::staged::{Job, checksum_of, read_at, verify};
+use crate::checkpoint::staged::{Job, read_at, verify};
 use crate::checkpoint::{
     self, Codec, Dtype, FileTensor, LoadOptions, Mismatch, Opened, SAVE_ID, SaveOptions, Streamed,
     open_checkpoint, save_streamed, shard_name, sync_file,
@@ -501,13 +501,7 @@ fn check_state(
             continue;
         }
         if *verifies {
-            jobs.push(Job {
-                part: *part,
-                offset: opened.parts[*part].data_start + t.begin,
-                len: usize::try_from(t.end - t.begin).unwrap_or(usize::MAX),
-                key: key.clone(),
-                checksum: checksum_of(&opened.parts[*part], key)?,
-            });
+            jobs.push(Job::of(&opened.parts, *part, t)?);
         }
     }
     let known: rustc_hash::FxHashSet<&str> = expected.iter().map(|(k, ..)| k.as_str()).collect();
