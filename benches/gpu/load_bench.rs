@@ -6,8 +6,11 @@
 //!
 //! ```text
 //! cargo build --release --features cuda --example gpu_load_bench
-//! target/release/examples/gpu_load_bench [DIR] [--gib 1.07] [--rounds 5] [--cold-rounds 3]
+//! target/release/examples/gpu_load_bench [DIR] [--gib 1.07] [--rounds 5] [--cold-rounds 3] [--staging MIB]
 //! ```
+//!
+//! `--staging MIB` sets the loads' staging budget (`LoadOptions::staging_budget`;
+//! by default 256 MiB) for `scopetree` and `again`.
 //!
 //! It writes a bf16 llama-shaped checkpoint of about `--gib` GiB in 4
 //! shards under DIR (kept for the next run), then times each way of
@@ -22,7 +25,7 @@
 //!   then `get_unchecked` of every tensor (candle copies each from the
 //!   mapped pages when it is fetched), then a device synchronize.
 //! - `scopetree`: `CandleStore::load_on(dir, create, cuda)` with the
-//!   default staging budget (256 MiB).
+//!   staging budget (by default 256 MiB).
 //! - `read`: the same byte ranges read from the page cache by as many
 //!   threads as the load's readers into two 64 MiB buffers, no copy.
 //! - `copy`: the same number of bytes copied from page-locked memory
@@ -147,6 +150,18 @@ fn shards(dir: &Path) -> Res<Vec<PathBuf>> {
 }
 
 /// One measured load in this process: prints `RESULT mode s rss device`.
+/// The variable through which the parent hands `--staging` to its children.
+const STAGING_VAR: &str = "GPU_LOAD_BENCH_STAGING_MIB";
+
+/// The loads' options: create, with the staging budget the parent was given.
+fn load_options() -> Res<LoadOptions> {
+    let opts = LoadOptions::new().create(true);
+    Ok(match std::env::var(STAGING_VAR) {
+        Ok(mib) => opts.staging_budget(mib.parse::<usize>()? << 20),
+        Err(_) => opts,
+    })
+}
+
 fn child(mode: &str, dir: &Path) -> Res<()> {
     let dev = Device::new_cuda(0)?;
     let Device::Cuda(cuda) = &dev else {
@@ -178,19 +193,19 @@ fn child(mode: &str, dir: &Path) -> Res<()> {
             ctx.synchronize()?;
         }
         "scopetree" => {
-            keep_store.load_on(dir, &LoadOptions::new().create(true), &dev)?;
+            keep_store.load_on(dir, &load_options()?, &dev)?;
             ctx.synchronize()?;
         }
         "again" => {
             // A second load in the process: the staging buffers the first
             // page-locked are reused (the first is not timed).
             let first = CandleStore::new();
-            first.load_on(dir, &LoadOptions::new().create(true), &dev)?;
+            first.load_on(dir, &load_options()?, &dev)?;
             drop(first);
             ctx.synchronize()?;
             std::fs::write("/proc/self/clear_refs", "5")?;
             let t1 = Instant::now();
-            keep_store.load_on(dir, &LoadOptions::new().create(true), &dev)?;
+            keep_store.load_on(dir, &load_options()?, &dev)?;
             ctx.synchronize()?;
             println!("AGAIN {:.6}", t1.elapsed().as_secs_f64());
         }
@@ -459,11 +474,19 @@ fn drop_caches() -> bool {
     std::fs::write("/proc/sys/vm/drop_caches", "3").is_ok()
 }
 
-fn run(mode: &str, dir: &Path) -> Res<(f64, u64, u64)> {
-    let out = Command::new(std::env::current_exe()?)
-        .args(["--child", mode])
-        .arg(dir)
-        .output()?;
+/// A child that runs `mode` over `dir`, with the staging budget `staging`
+/// (MiB) if one was given.
+fn child_command(mode: &str, dir: &Path, staging: Option<usize>) -> Res<Command> {
+    let mut c = Command::new(std::env::current_exe()?);
+    c.args(["--child", mode]).arg(dir);
+    if let Some(mib) = staging {
+        c.env(STAGING_VAR, mib.to_string());
+    }
+    Ok(c)
+}
+
+fn run(mode: &str, dir: &Path, staging: Option<usize>) -> Res<(f64, u64, u64)> {
+    let out = child_command(mode, dir, staging)?.output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let again = text
         .lines()
@@ -490,12 +513,14 @@ fn main() -> Res<()> {
     }
     let mut dir = std::env::temp_dir().join("scopetree-gpu-load-bench");
     let (mut gib, mut rounds, mut cold_rounds) = (1.07, 5, 3);
+    let mut staging: Option<usize> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--gib" => gib = it.next().ok_or("--gib N")?.parse()?,
             "--rounds" => rounds = it.next().ok_or("--rounds N")?.parse()?,
             "--cold-rounds" => cold_rounds = it.next().ok_or("--cold-rounds N")?.parse()?,
+            "--staging" => staging = Some(it.next().ok_or("--staging MIB")?.parse()?),
             other => dir = PathBuf::from(other),
         }
     }
@@ -521,13 +546,13 @@ fn main() -> Res<()> {
     );
     let modes = ["candle", "scopetree", "read", "copy", "again"];
     for m in modes {
-        run(m, &dir)?; // warm-up, page cache filled
+        run(m, &dir, staging)?; // warm-up, page cache filled
     }
     let mut warm: Vec<Vec<(f64, u64, u64)>> = vec![Vec::new(); modes.len()];
     for r in 0..rounds {
         for k in 0..modes.len() {
             let m = (k + r) % modes.len();
-            warm[m].push(run(modes[m], &dir)?);
+            warm[m].push(run(modes[m], &dir, staging)?);
         }
     }
     println!("\npage cache warm, {rounds} rounds interleaved (medians):");
@@ -558,10 +583,7 @@ fn main() -> Res<()> {
         limit / med[1]
     );
     // What each part costs alone, and where a load's time goes.
-    let probe = Command::new(std::env::current_exe()?)
-        .args(["--child", "probe"])
-        .arg(&dir)
-        .output()?;
+    let probe = child_command("probe", &dir, staging)?.output()?;
     print!(
         "{}",
         String::from_utf8_lossy(&probe.stdout)
@@ -570,16 +592,15 @@ fn main() -> Res<()> {
             .map(|l| format!("{l}\n"))
             .collect::<String>()
     );
-    let traced = Command::new(std::env::current_exe()?)
-        .args(["--child", "scopetree"])
-        .arg(&dir)
+    let traced = child_command("scopetree", &dir, staging)?
         .env("SCOPETREE_TRACE_LOADS", "1")
         .output()?;
     print!("{}", String::from_utf8_lossy(&traced.stderr));
     let rss_ours = warm[1].iter().map(|x| x.1).max().unwrap_or(0);
     println!(
-        "FIGURE host: scopetree peak RSS above start {:.1} MiB (budget 256 MiB + 64 MiB allowed); candle {:.1} MiB",
+        "FIGURE host: scopetree peak RSS above start {:.1} MiB (budget {} MiB + 64 MiB allowed); candle {:.1} MiB",
         rss_ours as f64 / 1048576.0,
+        staging.unwrap_or(256),
         warm[0].iter().map(|x| x.1).max().unwrap_or(0) as f64 / 1048576.0
     );
     let dev_ours = warm[1].iter().map(|x| x.2).max().unwrap_or(0);
@@ -594,7 +615,7 @@ fn main() -> Res<()> {
                 for k in 0..2 {
                     let m = (k + r) % 2;
                     drop_caches();
-                    cold[m].push(run(modes[m], &dir)?.0);
+                    cold[m].push(run(modes[m], &dir, staging)?.0);
                 }
             }
             let (c, s) = (median(&mut cold[0]), median(&mut cold[1]));

@@ -518,6 +518,14 @@ fn staged_load(
         let largest = staged_jobs.iter().map(|j| j.len).max().unwrap_or(0);
         let shape = Shape::new(opts.staging, readers, largest);
         let mut bufs: Vec<Buffer> = pool().take(kind, shape)?;
+        if trace {
+            eprintln!(
+                "scopetree load: {} staging buffers of {} B ({kind:?}) ready at {:.4} s",
+                shape.buffers,
+                shape.buffer,
+                t0.elapsed().as_secs_f64()
+            );
+        }
         let outcome = match StoreSink::new(&mut dests, &staged) {
             Ok(mut sink) => {
                 let read = read_staged(&parts, &staged_jobs, &mut bufs, shape.readers, &mut sink);
