@@ -220,6 +220,36 @@ impl Opened {
         file.read_exact(into).map_err(io)
     }
 
+    /// The xxh3-128 of the bytes of tensor `i` as the file holds them,
+    /// read through `buf` a buffer at a time (`buf` grows to at most 8
+    /// MiB, and is kept for the next call). O(its bytes); holds no more
+    /// than `buf`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file cannot be read (a file cut short).
+    pub(crate) fn hash_of(&self, i: usize, buf: &mut Vec<u8>) -> Result<u128, Error> {
+        use std::io::{Read, Seek, SeekFrom};
+        let (part, t) = &self.tensors[i];
+        let part = &self.parts[*part];
+        let shown = part.path.to_string_lossy();
+        let mut left = t.end - t.begin;
+        let chunk = usize::try_from(left).unwrap_or(usize::MAX).min(8 << 20);
+        if buf.len() < chunk {
+            buf.resize(chunk, 0);
+        }
+        let mut file = &part.file;
+        file.seek(SeekFrom::Start(part.data_start + t.begin))
+            .map_err(Error::io(&shown))?;
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        while left > 0 {
+            let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+            file.read_exact(&mut buf[..n]).map_err(Error::io(&shown))?;
+            h.update(&buf[..n]);
+            left -= n as u64;
+        }
+        Ok(h.digest128())
+    }
+
     /// The checksum text the file of tensor `i` carries for it (see
     /// [`CHECKSUM_PREFIX`](super::index::CHECKSUM_PREFIX)), with that
     /// file's path, if any. O(1) plus a hash lookup.

@@ -548,10 +548,13 @@ impl SyncPlan {
     /// index and every shard's header against the plan (every name, dtype
     /// and shape; a missing or torn shard) and the ranks exchange the
     /// outcome, so a checkpoint that does not fit changes no rank's tree;
-    /// then each rank keeps a copy of the values it is about to overwrite
-    /// and reads its part; if any rank's read fails, every rank puts its
-    /// copy back. O(headers + variables + bytes of this rank's part) read;
-    /// memory: this rank's part's old values plus one bucket.
+    /// then every rank verifies its part's checksums in the files, writing
+    /// nothing, and the ranks exchange that outcome, so a corrupted tensor
+    /// in any rank's part changes no rank's tree; only then does each rank
+    /// read its part, in place. O(headers + variables + twice the bytes of
+    /// this rank's part) read (the second time from the page cache, as a
+    /// rule); memory: an 8 MiB read buffer, then one bucket, and no copy of
+    /// the old values.
     ///
     /// With [sliced state](crate::ranks::SlicedState), each rank also checks that
     /// its tree holds exactly the pieces the plan's
@@ -570,9 +573,14 @@ impl SyncPlan {
     /// not fit the partition, the checkpoint's error ([`Error::Checkpoint`]:
     /// [`checkpoint::Error::Mismatch`] naming every missing, unexpected and
     /// mismatched tensor, a bad index, a missing or torn shard, an
-    /// unreadable file), and on the others [`Error::PeerFailed`]; the trees
-    /// are unchanged. [`Error::Diverged`] when the ranks loaded different
-    /// bytes (files that differ between hosts).
+    /// unreadable file; [`Error::Corrupted`] for a tensor whose bytes do
+    /// not match its checksum), and on the others [`Error::PeerFailed`];
+    /// the trees are unchanged. [`Error::Diverged`] when the ranks loaded
+    /// different bytes (files that differ between hosts). One failure can
+    /// come after every check has passed and leave the trees partly
+    /// loaded, with that rank's error and [`Error::PeerFailed`] on the
+    /// others: the disk failing to read (or a file changing under) a part
+    /// that verified a moment before.
     ///
     /// ```
     /// # let dir = tempfile::tempdir()?;
@@ -627,26 +635,22 @@ impl SyncPlan {
             .iter()
             .map(|&i| self.manifest().entries()[i].key.clone())
             .collect();
-        // The values this rank is about to overwrite, to put back if a
-        // rank's read fails.
         let slots = &self.slots;
-        let old: Result<Vec<Vec<u8>>, Error> = mine
+        // First every rank verifies its part's checksums in the files,
+        // writing nothing, so that a corrupted part anywhere changes no
+        // rank's tree; no copy of the old values is kept. Any error here
+        // is settled with the others', never returned before it: the
+        // other ranks wait in that settle.
+        let mut buf = Vec::new();
+        let verified = mine
             .iter()
-            .map(|&i| Ok(self.slot_bytes(tree, i)?.to_vec()))
-            .collect();
-        // Any error here is settled below with the others', never returned
-        // before it: the other ranks wait in that settle.
-        let (old, read) = match old {
-            Err(e) => (Vec::new(), Err(e)),
-            Ok(old) => {
-                let read = self.read_part(tree, &files, mine);
-                (old, read)
-            }
-        };
-        // The whole state tensors this rank holds, read and checked.
+            .try_for_each(|&i| files.verify(&self.manifest().entries()[i].key, &mut buf));
+        drop(buf);
+        // The whole state tensors this rank holds, read and checked into
+        // buffers of their own.
         let mut held: Vec<Vec<u8>> = Vec::new();
         let mut state_keys = Vec::new();
-        let read = read.and_then(|()| {
+        let verified = verified.and_then(|()| {
             let (Some(layout), Some(bound)) = (&self.state, &bound) else {
                 return Ok(());
             };
@@ -662,15 +666,11 @@ impl SyncPlan {
             }
             Ok(())
         });
-        if let Err(err) = settle(comm, &mut gathered, "reading the shards", read, None) {
-            // Here or elsewhere, a read failed: every rank puts back what it
-            // had (a load that failed here may have written some of it).
-            for (&i, bytes) in mine.iter().zip(&old) {
-                (slots[i].access.bytes_mut)(tree, slots[i].id)?.copy_from_slice(bytes);
-            }
-            return Err(err);
-        }
-        drop(old);
+        settle(comm, &mut gathered, "verifying the shards", verified, None)?;
+        // Then each rank reads its part into its tree, in place (the
+        // checksums checked again on the bytes loaded).
+        let read = self.read_part(tree, &files, mine);
+        settle(comm, &mut gathered, "reading the shards", read, None)?;
 
         let cap = self.byte_cap();
         for (rank, range) in ranges.iter().enumerate() {

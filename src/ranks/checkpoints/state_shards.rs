@@ -344,6 +344,30 @@ impl Files {
         self.check(key, into)
     }
 
+    /// Checks the bytes the files hold for `key` against the checksum
+    /// they carry for it, if any, reading them through `buf` (at most 8
+    /// MiB, kept for the next call) and writing nothing. O(its bytes).
+    ///
+    /// # Errors
+    /// [`Error::Corrupted`] when they do not match; the checkpoint layer's
+    /// for a file that cannot be read.
+    pub(in crate::ranks) fn verify(&self, key: &str, buf: &mut Vec<u8>) -> Result<(), Error> {
+        let Some((f, i)) = self.find(key) else {
+            return Ok(());
+        };
+        let opened = &self.opened[f].1;
+        let Some((sum, file)) = opened.checksum(i) else {
+            return Ok(());
+        };
+        if format!("{:032x}", opened.hash_of(i, buf)?) != sum {
+            return Err(Error::Corrupted {
+                key: key.to_owned(),
+                file: crate::short::path(&file.to_string_lossy()),
+            });
+        }
+        Ok(())
+    }
+
     /// Checks `bytes` against the checksum the files carry for `key`, if
     /// any. O(bytes).
     ///
