@@ -32,7 +32,8 @@
 //!   `ShardedLoad::bytes`; `save_on_root` writes all on rank 0,
 //!   `load_on_all` reads all on every rank), and what the process read and
 //!   wrote through system calls (`rchar`, `wchar` of `/proc/self/io`,
-//!   headers included).
+//!   headers included), and what came from storage rather than the page
+//!   cache (`read_bytes`; with `--cold`, the loads' real reads).
 //! - Peak extra memory, two ways. The heap: a counting global allocator
 //!   (`tests/support/peak_alloc.rs`) gives the most bytes the calling
 //!   thread held during the call above what it held before. The resident
@@ -110,16 +111,17 @@ fn status_bytes(field: &str) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-/// `rchar` and `wchar` of `/proc/self/io`: the bytes read and written
-/// through system calls, from the page cache or not.
-fn io_chars() -> (u64, u64) {
+/// `rchar`, `wchar` and `read_bytes` of `/proc/self/io`: the bytes read
+/// and written through system calls, from the page cache or not, and the
+/// bytes read from storage.
+fn io_chars() -> (u64, u64, u64) {
     let text = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
     let field = |name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
             .unwrap_or(0)
     };
-    (field("rchar:"), field("wchar:"))
+    (field("rchar:"), field("wchar:"), field("read_bytes:"))
 }
 
 /// Resets the high-water mark `VmHWM` to the resident size.
@@ -167,9 +169,11 @@ struct Sample {
     /// the moments whole and cutting them back (`--zero`'s one-rank calls).
     before_secs: f64,
     after_secs: f64,
+    /// Bytes read from storage during the call (`read_bytes`).
+    read_bytes: f64,
 }
 
-const FIELDS: usize = 10;
+const FIELDS: usize = 11;
 
 impl Sample {
     fn to_array(self) -> [f64; FIELDS] {
@@ -184,6 +188,7 @@ impl Sample {
             self.state_bytes,
             self.before_secs,
             self.after_secs,
+            self.read_bytes,
         ]
     }
 }
@@ -194,7 +199,7 @@ fn measure(world: &SimpleCommunicator, f: impl FnOnce() -> u64) -> Sample {
     world.barrier();
     reset_peak();
     let rss = status_bytes("VmRSS");
-    let (r0, w0) = io_chars();
+    let (r0, w0, s0) = io_chars();
     let heap = peak_alloc::live();
     peak_alloc::reset_peak();
     let t = Instant::now();
@@ -202,13 +207,14 @@ fn measure(world: &SimpleCommunicator, f: impl FnOnce() -> u64) -> Sample {
     let secs = t.elapsed().as_secs_f64();
     let heap_extra = (peak_alloc::peak() - heap).max(0);
     let peak = status_bytes("VmHWM");
-    let (r1, w1) = io_chars();
+    let (r1, w1, s1) = io_chars();
     Sample {
         secs,
         bytes: bytes as f64,
         peak_extra: peak.saturating_sub(rss) as f64,
         rchar: (r1 - r0) as f64,
         wchar: (w1 - w0) as f64,
+        read_bytes: s1.saturating_sub(s0) as f64,
         heap_extra: heap_extra as f64,
         ..Sample::default()
     }
@@ -519,7 +525,7 @@ fn main() {
                  time_ms_min={:.1} time_ms_max={:.1} fsync_ms_median={:.1} fsync_ms_min={:.1} \
                  fsync_ms_max={:.1} with_fsync_ms_median={:.1} with_fsync_ms_min={:.1} \
                  with_fsync_ms_max={:.1} bytes_all_ranks={:.0} bytes_all_ranks_over_state={:.3} \
-                 rchar_all_ranks={:.0} wchar_all_ranks={:.0}{extra}",
+                 rchar_all_ranks={:.0} wchar_all_ranks={:.0} read_bytes_all_ranks={:.0}{extra}",
                 median(secs) * 1e3,
                 lo * 1e3,
                 hi * 1e3,
@@ -533,6 +539,7 @@ fn main() {
                 sum_of(2) / total as f64,
                 sum_of(4),
                 sum_of(5),
+                sum_of(10),
             );
             for r in 0..size {
                 let of = |f: usize| -> Vec<f64> { rounds_of.iter().map(|x| x[r][f]).collect() };
