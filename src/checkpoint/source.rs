@@ -200,24 +200,30 @@ impl Opened {
     /// [`Error::Io`] when the file cannot be read (a file cut short) or
     /// `into` is not the tensor's length.
     pub(crate) fn read_into(&self, i: usize, into: &mut [u8]) -> Result<(), Error> {
-        use std::io::{Read, Seek, SeekFrom};
-        let (part, t) = &self.tensors[i];
-        let part = &self.parts[*part];
-        let shown = part.path.to_string_lossy();
-        let io = Error::io(&shown);
-        if t.end - t.begin != into.len() as u64 {
+        use std::io::Read;
+        let (mut file, shown, len) = self.seek_to(i)?;
+        if len != into.len() as u64 {
             let problem = format!(
-                "tensor `{}` holds {} bytes, {} asked for",
-                short::name(&t.key),
-                t.end - t.begin,
+                "tensor `{}` holds {len} bytes, {} asked for",
+                short::name(&self.tensors[i].1.key),
                 into.len()
             );
-            return Err(io(std::io::Error::other(problem)));
+            return Err(Error::io(&shown)(std::io::Error::other(problem)));
         }
+        file.read_exact(into).map_err(Error::io(&shown))
+    }
+
+    /// The file of tensor `i`, positioned at its first byte, with the path
+    /// errors name and the tensor's length in bytes. O(1).
+    fn seek_to(&self, i: usize) -> Result<(&File, String, u64), Error> {
+        use std::io::{Seek, SeekFrom};
+        let (part, t) = &self.tensors[i];
+        let part = &self.parts[*part];
+        let shown = part.path.to_string_lossy().into_owned();
         let mut file = &part.file;
         file.seek(SeekFrom::Start(part.data_start + t.begin))
             .map_err(Error::io(&shown))?;
-        file.read_exact(into).map_err(io)
+        Ok((file, shown, t.end - t.begin))
     }
 
     /// The xxh3-128 of the bytes of tensor `i` as the file holds them,
@@ -228,18 +234,12 @@ impl Opened {
     /// # Errors
     /// [`Error::Io`] when the file cannot be read (a file cut short).
     pub(crate) fn hash_of(&self, i: usize, buf: &mut Vec<u8>) -> Result<u128, Error> {
-        use std::io::{Read, Seek, SeekFrom};
-        let (part, t) = &self.tensors[i];
-        let part = &self.parts[*part];
-        let shown = part.path.to_string_lossy();
-        let mut left = t.end - t.begin;
+        use std::io::Read;
+        let (mut file, shown, mut left) = self.seek_to(i)?;
         let chunk = usize::try_from(left).unwrap_or(usize::MAX).min(8 << 20);
         if buf.len() < chunk {
             buf.resize(chunk, 0);
         }
-        let mut file = &part.file;
-        file.seek(SeekFrom::Start(part.data_start + t.begin))
-            .map_err(Error::io(&shown))?;
         let mut h = xxhash_rust::xxh3::Xxh3::new();
         while left > 0 {
             let n = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());

@@ -352,20 +352,7 @@ impl Files {
     /// [`Error::Corrupted`] when they do not match; the checkpoint layer's
     /// for a file that cannot be read.
     pub(in crate::ranks) fn verify(&self, key: &str, buf: &mut Vec<u8>) -> Result<(), Error> {
-        let Some((f, i)) = self.find(key) else {
-            return Ok(());
-        };
-        let opened = &self.opened[f].1;
-        let Some((sum, file)) = opened.checksum(i) else {
-            return Ok(());
-        };
-        if format!("{:032x}", opened.hash_of(i, buf)?) != sum {
-            return Err(Error::Corrupted {
-                key: key.to_owned(),
-                file: crate::short::path(&file.to_string_lossy()),
-            });
-        }
-        Ok(())
+        self.compare(key, |opened, i| Ok(opened.hash_of(i, buf)?))
     }
 
     /// Checks `bytes` against the checksum the files carry for `key`, if
@@ -374,17 +361,29 @@ impl Files {
     /// # Errors
     /// [`Error::Corrupted`] when they do not match.
     pub(in crate::ranks) fn check(&self, key: &str, bytes: &[u8]) -> Result<(), Error> {
+        self.compare(key, |_, _| Ok(hash_bytes(bytes)))
+    }
+
+    /// Compares the checksum the files carry for `key`, if any, with the
+    /// xxh3-128 `hash` gives (called only when there is one).
+    fn compare(
+        &self,
+        key: &str,
+        hash: impl FnOnce(&Opened, usize) -> Result<u128, Error>,
+    ) -> Result<(), Error> {
         let Some((f, i)) = self.find(key) else {
             return Ok(());
         };
-        match self.opened[f].1.checksum(i) {
-            Some((sum, file)) if format!("{:032x}", hash_bytes(bytes)) != sum => {
-                Err(Error::Corrupted {
-                    key: key.to_owned(),
-                    file: crate::short::path(&file.to_string_lossy()),
-                })
-            }
-            _ => Ok(()),
+        let opened = &self.opened[f].1;
+        let Some((sum, file)) = opened.checksum(i) else {
+            return Ok(());
+        };
+        if format!("{:032x}", hash(opened, i)?) != sum {
+            return Err(Error::Corrupted {
+                key: key.to_owned(),
+                file: crate::short::path(&file.to_string_lossy()),
+            });
         }
+        Ok(())
     }
 }
