@@ -58,6 +58,8 @@ impl Inner {
         Ok(out)
     }
 
+    /// Whether `var` was created trainable (a variable the sharing layer
+    /// does not know counts as trainable).
     pub(super) fn created_trainable(&self, var: VarId) -> bool {
         self.store.is_trainable(var).ok().flatten().unwrap_or(true)
     }
