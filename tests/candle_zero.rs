@@ -18,7 +18,10 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{Init, ParamsAdamW};
 use scopetree::candle::{AdamW, CandleStore};
-use scopetree::ranks::{CandlePlan, Collective, Error, PlanOptions, Reduce, ZeroAdamW};
+use scopetree::ranks::{
+    CandlePlan, CheckpointManager, Collective, Error, OPTIMIZER_DIR, PlanOptions, Reduce,
+    ZeroAdamW, ZeroTraining,
+};
 
 type R = Result<(), Box<dyn std::error::Error>>;
 
@@ -527,6 +530,7 @@ fn a_zero_state_that_does_not_fit_or_is_corrupted_changes_nothing() -> R {
 /// their gradients, the plan (buckets of 64 bytes: 4 variables a round)
 /// and the optimizer.
 struct Step {
+    store: CandleStore,
     plan: CandlePlan,
     opt: ZeroAdamW,
     grads: Vec<(candle_core::Var, Tensor)>,
@@ -548,7 +552,12 @@ fn step_state(n: usize) -> Step {
     let plan =
         CandlePlan::new(&world, &store, &PlanOptions::new().bucket_bytes(64)).expect("a plan");
     let opt = ZeroAdamW::new(&world, &plan, params()).expect("an optimizer");
-    Step { plan, opt, grads }
+    Step {
+        store,
+        plan,
+        opt,
+        grads,
+    }
 }
 
 #[test]
@@ -579,9 +588,10 @@ fn a_zero_step_costs_o_variables() {
     });
 }
 
-/// The state of the ZeRO-state checkpoint scaling test: `n` variables of 4
-/// `f32`s, the plan, an optimizer after one step, and a directory.
+/// The state of the checkpoint scaling tests: `n` variables of 4 `f32`s
+/// in a store, the plan, an optimizer after one step, and a directory.
 struct Saved {
+    store: CandleStore,
     plan: CandlePlan,
     opt: ZeroAdamW,
     dir: tempfile::TempDir,
@@ -595,6 +605,7 @@ fn saved_state(n: usize) -> Saved {
     }
     s.opt.step(&g).expect("a step");
     Saved {
+        store: s.store,
         plan: s.plan,
         opt: s.opt,
         dir: tempfile::tempdir().expect("a directory"),
@@ -623,5 +634,219 @@ fn a_zero_state_save_and_load_cost_o_variables() {
         s.opt
             .load_shards(&world, &mut s.plan, s.dir.path())
             .expect("a load");
+    });
+}
+
+/// The model and its ZeRO optimizer, kept by a `CheckpointManager` after
+/// every step at 3 ranks (the last one kept), resume at 1, 2 and 4 ranks:
+/// each rank finds the latest step, its slice of the moments as one
+/// process's AdamW had them, and the next step ends bit-identical to that
+/// process's.
+#[test]
+fn a_managed_zero_training_checkpoint_resumes_at_other_numbers_of_ranks() -> R {
+    let dir = tempfile::tempdir()?;
+    let manager = CheckpointManager::new(dir.path(), 1)?;
+    // One process: AdamW's state after two steps, its parameters after 3.
+    let one = store()?;
+    let mut opt = AdamW::for_store(&one, "", params())?;
+    for step in 0..2 {
+        candle_nn::Optimizer::step(&mut opt, &grads(&one, 0, step)?)?;
+    }
+    let state2 = bits(opt.state())?;
+    candle_nn::Optimizer::step(&mut opt, &grads(&one, 0, 2)?)?;
+    let params3 = bits(&one)?;
+
+    // Every rank the same gradient: no reduction needed.
+    let saved = thread_world::run(3, |world| -> Result<_, String> {
+        let e = |x: &dyn std::fmt::Display| format!("rank {}: {x}", world.rank());
+        let s = store().map_err(|x| e(&x))?;
+        let mut plan =
+            CandlePlan::new(world, &s, &PlanOptions::new().bucket_bytes(12)).map_err(|x| e(&x))?;
+        let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+        let mut last = None;
+        for step in 0..2 {
+            z.step(&grads(&s, 0, step).map_err(|x| e(&x))?)
+                .map_err(|x| e(&x))?;
+            plan.all_gather(world).map_err(|x| e(&x))?;
+            let state = ZeroTraining::new(&s, &mut z);
+            let opts = Default::default();
+            last = Some(
+                manager
+                    .save(world, &mut plan, &state, step as u64 + 1, &opts)
+                    .map_err(|x| e(&x))?,
+            );
+        }
+        last.ok_or_else(|| "no save".to_owned())
+    });
+    let mut optimizer_shards = 0;
+    for got in saved {
+        let got = got?;
+        assert!(
+            got.state_keys
+                .iter()
+                .all(|k| k == "step" || k.ends_with(".m") || k.ends_with(".v"))
+        );
+        optimizer_shards += usize::from(got.state_shard.is_some());
+    }
+    assert!(optimizer_shards >= 1, "the optimizer's shards");
+    assert_eq!(manager.steps()?, [2], "the last one kept");
+    let step_dir = manager.step_dir(2);
+    assert!(
+        step_dir
+            .join(OPTIMIZER_DIR)
+            .join("model.safetensors.index.json")
+            .is_file()
+    );
+
+    for m in [1, 2, 4] {
+        let out = thread_world::run(m, |world| -> Result<_, String> {
+            let e = |x: &dyn std::fmt::Display| format!("rank {}: {x}", world.rank());
+            let s = store().map_err(|x| e(&x))?;
+            let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+            let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+            let (step, loaded) = manager
+                .load_latest(world, &mut plan, &mut ZeroTraining::new(&s, &mut z))
+                .map_err(|x| e(&x))?
+                .ok_or_else(|| e(&"no checkpoint"))?;
+            let pieces = pieces_of(&z, &plan, world.rank())?;
+            z.step(&grads(&s, 0, 2).map_err(|x| e(&x))?)
+                .map_err(|x| e(&x))?;
+            plan.all_gather(world).map_err(|x| e(&x))?;
+            Ok((step, loaded.state_keys.len(), pieces, bits(&s)?))
+        });
+        for (rank, got) in out.into_iter().enumerate() {
+            let (step, state_keys, pieces, after) = got?;
+            let what = format!("loaded at {m}, rank {rank}");
+            assert_eq!(step, 2, "{what}");
+            assert!(state_keys >= 1, "{what}: the step count at least");
+            assert_pieces_of(&state2, &pieces, 2, &what);
+            assert_eq!(after, params3, "{what}: the resumed step");
+        }
+    }
+    Ok(())
+}
+
+/// A `ZeroTraining` checkpoint with a corrupted tensor in its optimizer's
+/// last shard changes neither the variables nor the moments on any rank,
+/// though the model's part is whole (a load that wrote the model first
+/// would change it); one corrupted in the model's last shard changes
+/// neither either (a load that wrote the optimizer first would change the
+/// moments).
+#[test]
+fn a_zero_training_checkpoint_corrupted_in_either_part_changes_neither() -> R {
+    let dir = tempfile::tempdir()?;
+    let manager = CheckpointManager::new(dir.path(), 1)?;
+    let saved = thread_world::run(2, |world| -> Result<_, String> {
+        let e = |x: &dyn std::fmt::Display| x.to_string();
+        let s = store().map_err(|x| e(&x))?;
+        let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+        let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+        z.step(&grads(&s, 0, 0).map_err(|x| e(&x))?)
+            .map_err(|x| e(&x))?;
+        plan.all_gather(world).map_err(|x| e(&x))?;
+        manager
+            .save(
+                world,
+                &mut plan,
+                &ZeroTraining::new(&s, &mut z),
+                1,
+                &Default::default(),
+            )
+            .map_err(|x| e(&x))
+    });
+    let saved = saved.into_iter().next().expect("rank 0")?;
+    let step_dir = manager.step_dir(1);
+    let last_of =
+        |shards: &[String], sub: &std::path::Path| sub.join(shards.last().expect("a shard"));
+    let optimizer_shards: Vec<String> = std::fs::read_dir(step_dir.join(OPTIMIZER_DIR))?
+        .filter_map(|d| d.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".safetensors"))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    for (part, path) in [
+        (
+            "optimizer",
+            last_of(&optimizer_shards, &step_dir.join(OPTIMIZER_DIR)),
+        ),
+        ("model", last_of(&saved.shards, &step_dir)),
+    ] {
+        let mut bytes = std::fs::read(&path)?;
+        let end = bytes.len() - 1;
+        bytes[end] ^= 0x40;
+        std::fs::write(&path, &bytes)?;
+        let out = thread_world::run(2, |world| -> Result<_, String> {
+            let e = |x: &dyn std::fmt::Display| x.to_string();
+            let s = store().map_err(|x| e(&x))?;
+            let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+            let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+            let before = (bits(&s)?, pieces_of(&z, &plan, world.rank())?);
+            let err = manager
+                .load_latest(world, &mut plan, &mut ZeroTraining::new(&s, &mut z))
+                .err();
+            Ok((
+                before,
+                (bits(&s)?, pieces_of(&z, &plan, world.rank())?),
+                err,
+            ))
+        });
+        let mut corrupted = 0;
+        for (rank, got) in out.into_iter().enumerate() {
+            let (before, after, err) = got?;
+            assert!(
+                after == before,
+                "{part} corrupted, rank {rank}: the state changed"
+            );
+            match err {
+                Some(Error::Corrupted { .. }) => corrupted += 1,
+                Some(Error::PeerFailed { .. }) => {}
+                other => panic!("{part} corrupted, rank {rank}: {other:?}"),
+            }
+        }
+        assert_eq!(
+            corrupted, 1,
+            "{part}: the rank that verifies the last tensor"
+        );
+        bytes[end] ^= 0x40;
+        std::fs::write(&path, &bytes)?;
+    }
+    Ok(())
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a scaling test: run with cargo test --release"
+)]
+fn a_managed_zero_training_save_and_load_cost_o_variables() {
+    let world = scopetree::ranks::SingleProcess;
+    timing::Scaling::new(
+        "CheckpointManager::save + load_latest of a ZeroTraining, 4 f32 per variable",
+        "variable",
+        1_000,
+        100_000,
+    )
+    .once_per_copy()
+    .units_per_op(|n| n as f64)
+    .check(saved_state, |s, _| {
+        let manager = CheckpointManager::new(s.dir.path(), 1).expect("a manager");
+        let model = s.store.clone();
+        manager
+            .save(
+                &world,
+                &mut s.plan,
+                &ZeroTraining::new(&model, &mut s.opt),
+                1,
+                &Default::default(),
+            )
+            .expect("a save");
+        manager
+            .load_latest(
+                &world,
+                &mut s.plan,
+                &mut ZeroTraining::new(&model, &mut s.opt),
+            )
+            .expect("a load")
+            .expect("a checkpoint");
     });
 }

@@ -102,10 +102,12 @@ mod vars;
 #[cfg(feature = "candle")]
 pub use candle::plan::CandlePlan;
 #[cfg(feature = "candle")]
+pub use candle::training::{OPTIMIZER_DIR, ZeroTraining};
+#[cfg(feature = "candle")]
 pub use candle::zero_adamw::ZeroAdamW;
 pub use checkpoints::async_save::{AsyncSaver, SaveStarted};
 pub use checkpoints::manager::{CheckpointManager, LATEST_FILE};
-pub use checkpoints::plans::ShardedPlan;
+pub use checkpoints::plans::{ShardedPlan, StagedPlan};
 pub use checkpoints::shards::{ShardedLoad, ShardedSave};
 pub use error::Error;
 pub use layout::partition::{Partition, Piece};

@@ -11,6 +11,7 @@
 //! | `plan.rs` | [`CandlePlan`](crate::ranks::CandlePlan): agreement, broadcast, all-reduce, consistency, checkpoints on one rank |
 //! | `shards.rs` | `CandlePlan`'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
 //! | `staging.rs` | `CandlePlan` as a [`ShardedPlan`](crate::ranks::ShardedPlan): kept by a `CheckpointManager`, written beside training by an `AsyncSaver` |
+//! | `training.rs` | [`ZeroTraining`](crate::ranks::ZeroTraining): a store with its `ZeroAdamW`, one checkpoint a `CheckpointManager` keeps, loaded both parts or neither |
 //! | `zero.rs` | ZeRO stage 1 for `CandlePlan`: its partition, `reduce_scatter` of a `GradStore`, `all_gather` of the `Var`s |
 //! | `zero_adamw.rs` | [`ZeroAdamW`](crate::ranks::ZeroAdamW): AdamW over one rank's slice, its moments on the device |
 //! | `zero_state.rs` | `ZeroAdamW`'s state in checkpoints: `save_shards` by every rank, `load_shards` at any number of ranks |
@@ -23,6 +24,7 @@ pub(super) mod in_tensors;
 pub(super) mod plan;
 pub(super) mod shards;
 pub(super) mod staging;
+pub(super) mod training;
 pub(super) mod zero;
 pub(super) mod zero_adamw;
 pub(super) mod zero_state;

@@ -268,6 +268,21 @@ impl CandlePlan {
     ) -> Result<ShardedLoad, Error> {
         let _watch = self.watch(comm, "loading the shards");
         let dir = dir.as_ref();
+        let checked = self.check_shards(comm, store, dir)?;
+        self.read_shards(comm, store, dir, checked)
+    }
+
+    /// The first half of [`load_shards`](Self::load_shards), which
+    /// changes nothing: checks the files against `store` and verifies this
+    /// rank's part's checksums in them, settled among the ranks (an error
+    /// is every rank's). A collective call. O(variables + bytes of this
+    /// rank's part).
+    pub(super) fn check_shards<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        store: &CandleStore,
+        dir: &Path,
+    ) -> Result<CheckedShards, Error> {
         let local = check_file(store, dir).and_then(|()| Ok(store.named_vars()?));
         let named = settle(comm, &mut self.gathered, "checking the shards", local, None)?;
         // Every rank's store fits the files: the ranks hold the same
@@ -277,16 +292,17 @@ impl CandlePlan {
             .map(|(_, v)| (v.elem_count() * v.as_tensor().dtype().size_in_bytes()) as u64)
             .collect();
         let ranges = cut_whole(&sizes, comm.size());
-        let mine = &named[ranges[comm.rank()].clone()];
-        let solo = comm.size() == 1;
-        let keys: Vec<String> = mine.iter().map(|(k, _)| k.clone()).collect();
+        let keys: Vec<String> = named[ranges[comm.rank()].clone()]
+            .iter()
+            .map(|(k, _)| k.clone())
+            .collect();
         // Any error here is settled below with the others', never returned
         // before it: the other ranks wait in that settle.
         let wanted: Arc<FxHashSet<String>> = Arc::new(keys.iter().cloned().collect());
         let opts = LoadOptions::new().filter(move |k| wanted.contains(k));
-        // First every rank verifies its part's checksums against the
-        // files, writing nothing, so that a corrupted part anywhere
-        // changes no rank's store; no copy of the old values is kept.
+        // Every rank verifies its part's checksums against the files,
+        // writing nothing, so that a corrupted part anywhere changes no
+        // rank's store; no copy of the old values is kept.
         let verified = if keys.is_empty() {
             Ok(())
         } else {
@@ -299,12 +315,37 @@ impl CandlePlan {
             verified,
             None,
         )?;
-        // Then each rank reads its part into its variables, in place (its
-        // checksums checked again on the bytes as they are read).
+        Ok(CheckedShards {
+            named,
+            sizes,
+            ranges,
+            keys,
+            opts,
+        })
+    }
+
+    /// The second half of [`load_shards`](Self::load_shards): each rank
+    /// reads its checked part into its variables, in place (its checksums
+    /// checked again on the bytes as they are read), and sends it to the
+    /// others. A collective call. O(bytes).
+    pub(super) fn read_shards<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        store: &CandleStore,
+        dir: &Path,
+        checked: CheckedShards,
+    ) -> Result<ShardedLoad, Error> {
+        let CheckedShards {
+            named,
+            sizes,
+            ranges,
+            keys,
+            mut opts,
+        } = checked;
+        let solo = comm.size() == 1;
         let read = if keys.is_empty() {
             Ok(())
         } else {
-            let mut opts = opts;
             opts.sums_verified = true;
             store.load(dir, &opts).map(|_| ()).map_err(Error::from)
         };
@@ -337,4 +378,15 @@ impl CandlePlan {
             ..ShardedLoad::default()
         })
     }
+}
+
+/// A load across ranks whose files [`CandlePlan::check_shards`] checked:
+/// the store's variables by name, their bytes, every rank's range of
+/// them, this rank's keys and the load's options.
+pub(super) struct CheckedShards {
+    named: Vec<(String, Var)>,
+    sizes: Vec<u64>,
+    ranges: Vec<std::ops::Range<usize>>,
+    keys: Vec<String>,
+    opts: LoadOptions,
 }

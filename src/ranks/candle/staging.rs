@@ -15,7 +15,7 @@ use super::plan::{CandlePlan, candle};
 use super::shards::write_shard;
 use crate::candle::CandleStore;
 use crate::checkpoint::{Checkpointable, Dtype, SaveOptions};
-use crate::ranks::checkpoints::plans::{Sealed, ShardedPlan};
+use crate::ranks::checkpoints::plans::{Sealed, SealedStage, ShardedPlan, StagedPlan};
 use crate::ranks::checkpoints::shards::{Prepared, ShardedLoad, ShardedSave, shard_meta, written};
 use crate::ranks::checkpoints::staged::{Shard, Shards, Spare, Staged};
 use crate::ranks::error::Error;
@@ -25,6 +25,8 @@ use crate::ranks::transport::collective::Collective;
 const PIECE: usize = 8 << 20;
 
 impl ShardedPlan<CandleStore> for CandlePlan {}
+
+impl StagedPlan<CandleStore> for CandlePlan {}
 
 impl Sealed<CandleStore> for CandlePlan {
     fn watched(&self) -> (Arc<str>, Option<Duration>) {
@@ -49,7 +51,9 @@ impl Sealed<CandleStore> for CandlePlan {
     ) -> Result<ShardedLoad, Error> {
         self.load_shards(comm, store, dir)
     }
+}
 
+impl SealedStage<CandleStore> for CandlePlan {
     fn stage<C: Collective + ?Sized>(
         &mut self,
         comm: &C,

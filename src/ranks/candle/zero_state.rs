@@ -382,7 +382,21 @@ impl ZeroAdamW {
     ) -> Result<ShardedLoad, Error> {
         let op = "loading the optimizer's shards";
         let _watch = plan.watch(comm, op);
-        let dir = dir.as_ref();
+        let checked = self.check_shards(comm, plan, dir.as_ref())?;
+        self.read_shards(comm, plan, checked)
+    }
+
+    /// The first half of [`load_shards`](Self::load_shards), which
+    /// changes nothing: checks the plan and the files, and verifies the
+    /// checksums of this rank's tensors, settled among the ranks (an error
+    /// is every rank's). A collective call. O(headers + variables + bytes
+    /// verified).
+    pub(super) fn check_shards<C: Collective + ?Sized>(
+        &self,
+        comm: &C,
+        plan: &mut CandlePlan,
+        dir: &Path,
+    ) -> Result<CheckedState, Error> {
         let rank = comm.rank();
         let checked = self
             .check_plan(comm, plan)
@@ -394,6 +408,19 @@ impl ZeroAdamW {
             checked,
             None,
         )?;
+        Ok(CheckedState { opened, found })
+    }
+
+    /// The second half of [`load_shards`](Self::load_shards): each rank
+    /// reads its slice of the checked files into its state, in place. A
+    /// collective call. O(bytes of the slice).
+    pub(super) fn read_shards<C: Collective + ?Sized>(
+        &mut self,
+        comm: &C,
+        plan: &mut CandlePlan,
+        checked: CheckedState,
+    ) -> Result<ShardedLoad, Error> {
+        let CheckedState { opened, found } = checked;
         let read = self.read_slice(&opened, &found);
         settle(
             comm,
@@ -454,6 +481,13 @@ impl ZeroAdamW {
             .and_then(|c| self.step.set(&c))
             .map_err(|e| candle(STEP, e))
     }
+}
+
+/// An optimizer state's files that [`ZeroAdamW::check_shards`] opened and
+/// checked, and each tensor's index in them.
+pub(super) struct CheckedState {
+    opened: Opened,
+    found: FxHashMap<String, usize>,
 }
 
 /// Opens the state checkpoint `path` and checks it against `plan`: every

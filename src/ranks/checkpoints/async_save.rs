@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::manager::CheckpointManager;
-use super::plans::ShardedPlan;
+use super::plans::StagedPlan;
 use super::shards::{Prepared, ShardedSave, publish};
 use super::staged::{Spare, Staged, Written};
 use crate::checkpoint::{self, SaveOptions};
@@ -34,7 +34,7 @@ struct Pending {
 }
 
 /// Saves beside training: [`save`](Self::save) stages this rank's part of a
-/// plan (its shard of [`ShardedPlan`]'s `save_shards`' layout) into buffers kept
+/// plan (its shard of [`StagedPlan`]'s `save_shards`' layout) into buffers kept
 /// from save to save and returns while a background thread writes it; the
 /// next `save`, or [`wait`](Self::wait), finishes it: the ranks exchange the
 /// outcome of their writes, rank 0 writes the index, and (for
@@ -221,7 +221,7 @@ impl AsyncSaver {
         opts: &SaveOptions,
     ) -> Result<SaveStarted, Error>
     where
-        P: ShardedPlan<S>,
+        P: StagedPlan<S>,
         S: ?Sized,
         C: Collective + ?Sized,
     {
@@ -261,7 +261,7 @@ impl AsyncSaver {
         opts: &SaveOptions,
     ) -> Result<SaveStarted, Error>
     where
-        P: ShardedPlan<S>,
+        P: StagedPlan<S>,
         S: ?Sized,
         C: Collective + ?Sized,
     {
@@ -279,7 +279,7 @@ impl AsyncSaver {
         pointer: Option<(CheckpointManager, u64)>,
     ) -> Result<SaveStarted, Error>
     where
-        P: ShardedPlan<S>,
+        P: StagedPlan<S>,
         S: ?Sized,
         C: Collective + ?Sized,
     {

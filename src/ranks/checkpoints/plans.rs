@@ -1,8 +1,9 @@
 //! [`ShardedPlan`]: the plans whose checkpoints across ranks a
-//! [`CheckpointManager`](crate::ranks::CheckpointManager) keeps and an
-//! [`AsyncSaver`](crate::ranks::AsyncSaver) writes beside training:
-//! [`SyncPlan`] over a [`ScopeTree`] (here), and `CandlePlan` over a
-//! `CandleStore` (in the candle room).
+//! [`CheckpointManager`](crate::ranks::CheckpointManager) keeps, and
+//! [`StagedPlan`]: those an [`AsyncSaver`](crate::ranks::AsyncSaver) also
+//! writes beside training: [`SyncPlan`] over a [`ScopeTree`] (here), and
+//! `CandlePlan` over a `CandleStore` or a `ZeroTraining` (in the candle
+//! room).
 
 use std::ops::Range;
 use std::path::Path;
@@ -18,11 +19,11 @@ use crate::ranks::plan::sync_plan::SyncPlan;
 use crate::ranks::transport::collective::Collective;
 
 /// A plan whose checkpoints across ranks, held in a state of type `S`, a
-/// [`CheckpointManager`](crate::ranks::CheckpointManager) keeps and an
-/// [`AsyncSaver`](crate::ranks::AsyncSaver) writes beside training:
-/// [`SyncPlan`] over a [`ScopeTree`], and
-/// `CandlePlan` over a
-/// `CandleStore` (feature `candle`). Sealed:
+/// [`CheckpointManager`](crate::ranks::CheckpointManager) keeps:
+/// [`SyncPlan`] over a [`ScopeTree`], and `CandlePlan` over a
+/// `CandleStore` or a `ZeroTraining` (feature `candle`). Those an
+/// [`AsyncSaver`](crate::ranks::AsyncSaver) writes are [`StagedPlan`]s
+/// too. Sealed:
 /// the crate implements it for its plans, and callers name it only in
 /// bounds.
 ///
@@ -33,7 +34,7 @@ use crate::ranks::transport::collective::Collective;
 /// ```
 pub trait ShardedPlan<S: ?Sized>: Sealed<S> {}
 
-/// The calls a manager and a saver make of a plan; not nameable outside
+/// The calls a manager (and a saver) makes of a plan; not nameable outside
 /// the ranks layer, so that [`ShardedPlan`] stays sealed.
 pub trait Sealed<S: ?Sized> {
     /// What the watchdog names for the plan, and its timeout.
@@ -55,7 +56,27 @@ pub trait Sealed<S: ?Sized> {
         state: &mut S,
         dir: &Path,
     ) -> Result<ShardedLoad, Error>;
+}
 
+/// A [`ShardedPlan`] whose checkpoints an
+/// [`AsyncSaver`](crate::ranks::AsyncSaver) also writes beside training:
+/// [`SyncPlan`] over a [`ScopeTree`], and `CandlePlan` over a
+/// `CandleStore`. A `CandlePlan` over a `ZeroTraining` (a store with its
+/// ZeRO optimizer) is a [`ShardedPlan`] only: its optimizer's moments are
+/// saved by a collective exchange that is not staged. Sealed, as
+/// [`ShardedPlan`].
+///
+/// ```
+/// use scopetree::{ScopeTree, ranks::{StagedPlan, SyncPlan}};
+/// fn stages_trees<P: StagedPlan<ScopeTree>>() {}
+/// stages_trees::<SyncPlan>();
+/// ```
+pub trait StagedPlan<S: ?Sized>: ShardedPlan<S> + SealedStage<S> {}
+
+/// The call an [`AsyncSaver`](crate::ranks::AsyncSaver) makes of a plan
+/// beyond [`Sealed`]'s; not nameable outside the ranks layer, so that
+/// [`StagedPlan`] stays sealed.
+pub trait SealedStage<S: ?Sized>: Sealed<S> {
     /// Checks and names a save of `state` into `dir` (collective: an error
     /// here is every rank's, with nothing started), then copies this
     /// rank's shards into `spare`'s buffers for a background thread to
@@ -76,6 +97,8 @@ pub trait Sealed<S: ?Sized> {
 }
 
 impl ShardedPlan<ScopeTree> for SyncPlan {}
+
+impl StagedPlan<ScopeTree> for SyncPlan {}
 
 impl Sealed<ScopeTree> for SyncPlan {
     fn watched(&self) -> (Arc<str>, Option<Duration>) {
@@ -100,7 +123,9 @@ impl Sealed<ScopeTree> for SyncPlan {
     ) -> Result<ShardedLoad, Error> {
         self.load_shards(comm, tree, dir)
     }
+}
 
+impl SealedStage<ScopeTree> for SyncPlan {
     fn stage<C: Collective + ?Sized>(
         &mut self,
         comm: &C,

@@ -57,7 +57,9 @@ pub struct ShardedSave {
     /// The tensor bytes of this rank's shard, as written.
     pub bytes: u64,
     /// The shard of [sliced state](crate::ranks::SlicedState) this rank wrote, if
-    /// any (`optimizer-0000k-of-0000N.safetensors`).
+    /// any (`optimizer-0000k-of-0000N.safetensors`); in a save of a
+    /// `ZeroTraining`, its shard of the optimizer's state
+    /// (`optimizer/model-0000k-of-0000N.safetensors`).
     pub state_shard: Option<String>,
     /// The keys of this rank's state shard, in key order.
     pub state_keys: Vec<String>,
@@ -88,9 +90,11 @@ pub struct ShardedLoad {
     /// The tensor bytes this rank read.
     pub bytes: u64,
     /// The [sliced state](crate::ranks::SlicedState)'s tensors this rank read
-    /// whole (it sent the other ranks their pieces), in key order.
+    /// whole (it sent the other ranks their pieces), in key order; in a load
+    /// of a `ZeroTraining`, the optimizer's tensors this rank read its
+    /// slice of.
     pub state_keys: Vec<String>,
-    /// Their bytes.
+    /// The bytes this rank read of them.
     pub state_bytes: u64,
 }
 
