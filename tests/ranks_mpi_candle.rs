@@ -241,7 +241,9 @@ fn all_reduce_in_place_is_exact(world: &World) -> Check {
 /// `all_gather` end with the values of three replicated steps
 /// (`all_reduce`, scopetree's AdamW), bit for bit, on every rank, in the
 /// default buckets and in buckets of 8 bytes that split the slices; the
-/// gradients are small integers, so the sums are exact in any order.
+/// gradients are small integers, so the sums are exact in any order. The
+/// optimizer's state saved by every rank loads back, alone and with the
+/// model in a managed checkpoint (`ZeroTraining`).
 fn zero_steps_match_replicated_ones(world: &World) -> Check {
     let params = candle_nn::ParamsAdamW {
         lr: 0.05,
@@ -280,7 +282,30 @@ fn zero_steps_match_replicated_ones(world: &World) -> Check {
         back.load_shards(world, &mut zplan, &dir).map_err(fail)?;
         let resumed =
             held(back.state())? == held(zopt.state())? && back.step_count().map_err(fail)? == 3;
-        outcomes.push((bucket, a, b, same && resumed));
+        // The model with its optimizer in one managed checkpoint: a fresh
+        // model and optimizer load both.
+        use scopetree::ranks::{CheckpointManager, ZeroTraining};
+        let manager =
+            CheckpointManager::new(shared_dir(world).join(format!("zero-managed-{bucket}")), 1)
+                .map_err(fail)?;
+        let state = ZeroTraining::new(&zero.store, &mut zopt);
+        (manager.save(world, &mut zplan, &state, 3, &SaveOptions::new())).map_err(fail)?;
+        let fresh = Model::new(0.5, (3, 5));
+        let mut fplan = CandlePlan::new(world, &fresh.store, &opts).map_err(fail)?;
+        let mut fopt =
+            scopetree::ranks::ZeroAdamW::new(world, &fplan, params.clone()).map_err(fail)?;
+        let step = (manager.load_latest(
+            world,
+            &mut fplan,
+            &mut ZeroTraining::new(&fresh.store, &mut fopt),
+        ))
+        .map_err(fail)?
+        .map(|(step, _)| step);
+        let managed = step == Some(3)
+            && held(&fresh.store)? == b
+            && held(fopt.state())? == held(zopt.state())?
+            && fopt.step_count().map_err(fail)? == 3;
+        outcomes.push((bucket, a, b, same && resumed && managed));
     }
     // Collectives first (above), assertions last.
     let initial = held(&Model::new(0.5, (3, 5)).store)?;
@@ -293,7 +318,8 @@ fn zero_steps_match_replicated_ones(world: &World) -> Check {
         ensure!(
             world,
             same,
-            "bucket {bucket}: the ranks' values differ, or the saved state did not come back"
+            "bucket {bucket}: the ranks' values differ, or the saved state (alone, or \
+             managed with the model) did not come back"
         );
         ensure!(world, a != initial, "bucket {bucket}: nothing moved");
     }
