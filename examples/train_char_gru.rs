@@ -20,8 +20,11 @@
 //! is built (`LoadOptions::create`), seals the store so that a layer name
 //! the file lacks is an error rather than a fresh variable, builds the model
 //! (which reuses every loaded variable, checked for shape and dtype), and
-//! lists the file's names the model never asked for. candle's `AdamW` keeps
-//! its moment estimates private, so a resumed run starts them afresh.
+//! lists the file's names the model never asked for. The optimizer is
+//! scopetree's `AdamW` (candle's, step for step, which `--parity N` checks
+//! against a `VarMap` with candle's own), whose moments and step count
+//! `--save` writes beside the model (`PATH.optim.safetensors`) and
+//! `--resume` reads back, so a resumed run goes on bit for bit.
 //!
 //! The run fails (exit status 1) if the held-out loss does not end below
 //! 80 % of the unigram entropy.
