@@ -560,6 +560,14 @@ fn step_state(n: usize) -> Step {
     }
 }
 
+/// A scaling test of `what` per variable, at 10^3 and 10^5 variables, each
+/// operation on a fresh copy of the state.
+fn per_variable(what: &str) -> timing::Scaling {
+    timing::Scaling::new(what, "variable", 1_000, 100_000)
+        .once_per_copy()
+        .units_per_op(|n| n as f64)
+}
+
 #[test]
 #[cfg_attr(
     debug_assertions,
@@ -567,14 +575,9 @@ fn step_state(n: usize) -> Step {
 )]
 fn a_zero_step_costs_o_variables() {
     let world = scopetree::ranks::SingleProcess;
-    timing::Scaling::new(
+    per_variable(
         "reduce_scatter + ZeroAdamW::step + all_gather, 4 f32 per variable, 64-byte buckets",
-        "variable",
-        1_000,
-        100_000,
     )
-    .once_per_copy()
-    .units_per_op(|n| n as f64)
     .check(step_state, |s, _| {
         let mut g = GradStore::default();
         for (v, t) in &s.grads {
@@ -619,22 +622,17 @@ fn saved_state(n: usize) -> Saved {
 )]
 fn a_zero_state_save_and_load_cost_o_variables() {
     let world = scopetree::ranks::SingleProcess;
-    timing::Scaling::new(
-        "ZeroAdamW::save_shards + load_shards, 4 f32 per variable",
-        "variable",
-        1_000,
-        100_000,
-    )
-    .once_per_copy()
-    .units_per_op(|n| n as f64)
-    .check(saved_state, |s, _| {
-        s.opt
-            .save_shards(&world, &mut s.plan, s.dir.path())
-            .expect("a save");
-        s.opt
-            .load_shards(&world, &mut s.plan, s.dir.path())
-            .expect("a load");
-    });
+    per_variable("ZeroAdamW::save_shards + load_shards, 4 f32 per variable").check(
+        saved_state,
+        |s, _| {
+            s.opt
+                .save_shards(&world, &mut s.plan, s.dir.path())
+                .expect("a save");
+            s.opt
+                .load_shards(&world, &mut s.plan, s.dir.path())
+                .expect("a load");
+        },
+    );
 }
 
 /// The model and its ZeRO optimizer, kept by a `CheckpointManager` after
@@ -820,33 +818,26 @@ fn a_zero_training_checkpoint_corrupted_in_either_part_changes_neither() -> R {
 )]
 fn a_managed_zero_training_save_and_load_cost_o_variables() {
     let world = scopetree::ranks::SingleProcess;
-    timing::Scaling::new(
-        "CheckpointManager::save + load_latest of a ZeroTraining, 4 f32 per variable",
-        "variable",
-        1_000,
-        100_000,
-    )
-    .once_per_copy()
-    .units_per_op(|n| n as f64)
-    .check(saved_state, |s, _| {
-        let manager = CheckpointManager::new(s.dir.path(), 1).expect("a manager");
-        let model = s.store.clone();
-        manager
-            .save(
-                &world,
-                &mut s.plan,
-                &ZeroTraining::new(&model, &mut s.opt),
-                1,
-                &Default::default(),
-            )
-            .expect("a save");
-        manager
-            .load_latest(
-                &world,
-                &mut s.plan,
-                &mut ZeroTraining::new(&model, &mut s.opt),
-            )
-            .expect("a load")
-            .expect("a checkpoint");
-    });
+    per_variable("CheckpointManager::save + load_latest of a ZeroTraining, 4 f32 per variable")
+        .check(saved_state, |s, _| {
+            let manager = CheckpointManager::new(s.dir.path(), 1).expect("a manager");
+            let model = s.store.clone();
+            manager
+                .save(
+                    &world,
+                    &mut s.plan,
+                    &ZeroTraining::new(&model, &mut s.opt),
+                    1,
+                    &Default::default(),
+                )
+                .expect("a save");
+            manager
+                .load_latest(
+                    &world,
+                    &mut s.plan,
+                    &mut ZeroTraining::new(&model, &mut s.opt),
+                )
+                .expect("a load")
+                .expect("a checkpoint");
+        });
 }

@@ -340,12 +340,15 @@ impl CandlePlan {
             sizes,
             ranges,
             keys,
-            mut opts,
+            opts,
         } = checked;
         let solo = comm.size() == 1;
+        // The options (their filter holds this rank's keys) go before the
+        // exchange.
         let read = if keys.is_empty() {
             Ok(())
         } else {
+            let mut opts = opts;
             opts.sums_verified = true;
             store.load(dir, &opts).map(|_| ()).map_err(Error::from)
         };
