@@ -20,7 +20,7 @@ use candle_nn::{Init, ParamsAdamW};
 use scopetree::candle::{AdamW, CandleStore};
 use scopetree::ranks::{
     CandlePlan, CheckpointManager, Collective, Error, OPTIMIZER_DIR, PlanOptions, Reduce,
-    ZeroAdamW, ZeroTraining,
+    ShardedSave, Training, ZeroAdamW,
 };
 
 type R = Result<(), Box<dyn std::error::Error>>;
@@ -666,7 +666,7 @@ fn a_managed_zero_training_checkpoint_resumes_at_other_numbers_of_ranks() -> R {
             z.step(&grads(&s, 0, step).map_err(|x| e(&x))?)
                 .map_err(|x| e(&x))?;
             plan.all_gather(world).map_err(|x| e(&x))?;
-            let state = ZeroTraining::new(&s, &mut z);
+            let state = Training::new(&s, &mut z);
             let opts = Default::default();
             last = Some(
                 manager
@@ -703,7 +703,7 @@ fn a_managed_zero_training_checkpoint_resumes_at_other_numbers_of_ranks() -> R {
             let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
             let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
             let (step, loaded) = manager
-                .load_latest(world, &mut plan, &mut ZeroTraining::new(&s, &mut z))
+                .load_latest(world, &mut plan, &mut Training::new(&s, &mut z))
                 .map_err(|x| e(&x))?
                 .ok_or_else(|| e(&"no checkpoint"))?;
             let pieces = pieces_of(&z, &plan, world.rank())?;
@@ -724,34 +724,130 @@ fn a_managed_zero_training_checkpoint_resumes_at_other_numbers_of_ranks() -> R {
     Ok(())
 }
 
-/// A `ZeroTraining` checkpoint with a corrupted tensor in its optimizer's
-/// last shard changes neither the variables nor the moments on any rank,
-/// though the model's part is whole (a load that wrote the model first
-/// would change it); one corrupted in the model's last shard changes
-/// neither either (a load that wrote the optimizer first would change the
-/// moments).
+/// A replicated `AdamW`'s training, kept by a manager at 2 ranks, resumes
+/// as ZeRO at 3 ranks (each rank's slice of the moments as one process
+/// had them; the next step bit-identical to that process's), and that
+/// ZeRO checkpoint resumes a replicated `AdamW` at 2 ranks whose models
+/// start apart, whole: the two optimizers' checkpoints are one layout.
 #[test]
-fn a_zero_training_checkpoint_corrupted_in_either_part_changes_neither() -> R {
+fn a_managed_replicated_checkpoint_resumes_as_zero_and_back() -> R {
     let dir = tempfile::tempdir()?;
-    let manager = CheckpointManager::new(dir.path(), 1)?;
+    let replicated = CheckpointManager::new(dir.path().join("replicated"), 2)?;
+    let zero = CheckpointManager::new(dir.path().join("zero"), 2)?;
+    // One process: AdamW's state after two and three steps, its
+    // parameters after three.
+    let one = store()?;
+    let mut opt = AdamW::for_store(&one, "", params())?;
+    for step in 0..2 {
+        candle_nn::Optimizer::step(&mut opt, &grads(&one, 0, step)?)?;
+    }
+    let state2 = bits(opt.state())?;
+    candle_nn::Optimizer::step(&mut opt, &grads(&one, 0, 2)?)?;
+    let (params3, state3) = (bits(&one)?, bits(opt.state())?);
+
+    // Replicated at 2 ranks: every rank the same gradient, every rank the
+    // whole state; saved after each step.
     let saved = thread_world::run(2, |world| -> Result<_, String> {
-        let e = |x: &dyn std::fmt::Display| x.to_string();
+        let e = |x: &dyn std::fmt::Display| format!("rank {}: {x}", world.rank());
         let s = store().map_err(|x| e(&x))?;
         let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+        let mut opt = AdamW::for_store(&s, "", params()).map_err(|x| e(&x))?;
+        let mut last = None;
+        for step in 0..2 {
+            let g = grads(&s, 0, step).map_err(|x| e(&x))?;
+            candle_nn::Optimizer::step(&mut opt, &g).map_err(|x| e(&x))?;
+            let state = Training::new(&s, &mut opt);
+            let opts = Default::default();
+            last = Some(
+                replicated
+                    .save(world, &mut plan, &state, step as u64 + 1, &opts)
+                    .map_err(|x| e(&x))?,
+            );
+        }
+        last.ok_or_else(|| "no save".to_owned())
+    });
+    let keys: usize = saved
+        .into_iter()
+        .map(|got| got.map(|s| s.state_keys.len()))
+        .sum::<Result<usize, String>>()?;
+    assert_eq!(
+        keys,
+        state2.len(),
+        "the ranks' optimizer shards: every tensor once"
+    );
+    assert_eq!(replicated.steps()?, [1, 2]);
+
+    // ZeRO at 3 ranks from it, one more step, saved.
+    let out = thread_world::run(3, |world| -> Result<_, String> {
+        let e = |x: &dyn std::fmt::Display| format!("rank {}: {x}", world.rank());
+        let s = store().map_err(|x| e(&x))?;
+        let mut plan =
+            CandlePlan::new(world, &s, &PlanOptions::new().bucket_bytes(12)).map_err(|x| e(&x))?;
         let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
-        z.step(&grads(&s, 0, 0).map_err(|x| e(&x))?)
+        let (step, _) = replicated
+            .load_latest(world, &mut plan, &mut Training::new(&s, &mut z))
+            .map_err(|x| e(&x))?
+            .ok_or_else(|| e(&"no checkpoint"))?;
+        let pieces = pieces_of(&z, &plan, world.rank())?;
+        z.step(&grads(&s, 0, 2).map_err(|x| e(&x))?)
             .map_err(|x| e(&x))?;
         plan.all_gather(world).map_err(|x| e(&x))?;
-        manager
-            .save(
-                world,
-                &mut plan,
-                &ZeroTraining::new(&s, &mut z),
-                1,
-                &Default::default(),
-            )
-            .map_err(|x| e(&x))
+        let state = Training::new(&s, &mut z);
+        (zero.save(world, &mut plan, &state, 3, &Default::default())).map_err(|x| e(&x))?;
+        Ok((step, pieces, bits(&s)?))
     });
+    for (rank, got) in out.into_iter().enumerate() {
+        let (step, pieces, after) = got?;
+        let what = format!("replicated, resumed as ZeRO, rank {rank}");
+        assert_eq!(step, 2, "{what}");
+        assert_pieces_of(&state2, &pieces, 2, &what);
+        assert_eq!(after, params3, "{what}: the resumed step");
+    }
+
+    // Back to a replicated AdamW at 2 ranks, whose models start apart (as
+    // models drawn at random per rank do): the whole state on each, and
+    // the ranks agree once both parts are in.
+    let out = thread_world::run(2, |world| -> Result<_, String> {
+        let e = |x: &dyn std::fmt::Display| format!("rank {}: {x}", world.rank());
+        let s = store().map_err(|x| e(&x))?;
+        let w = (s.var("a.w").map_err(|x| e(&x))?).ok_or_else(|| e(&"a.w"))?;
+        let apart = (w.ones_like()).and_then(|t| t * world.rank() as f64);
+        (apart.and_then(|t| w.set(&t))).map_err(|x| e(&x))?;
+        let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+        let mut opt = AdamW::for_store(&s, "", params()).map_err(|x| e(&x))?;
+        let found = zero
+            .load_latest(world, &mut plan, &mut Training::new(&s, &mut opt))
+            .map_err(|x| e(&x))?;
+        Ok((found.map(|(step, _)| step), bits(opt.state())?, bits(&s)?))
+    });
+    for (rank, got) in out.into_iter().enumerate() {
+        let (step, state, params) = got?;
+        let what = format!("ZeRO's save, resumed replicated, rank {rank}");
+        assert_eq!(step, Some(3), "{what}");
+        assert_eq!(state, state3, "{what}");
+        assert_eq!(params, params3, "{what}");
+    }
+    Ok(())
+}
+
+/// What a rank held before and after a refused load (as text), and the
+/// load's error.
+type Refused = (String, String, Option<Error>);
+
+/// A `Training` checkpoint (saved by `save` at 2 ranks, step 1) with a
+/// corrupted tensor in its optimizer's last shard changes neither the
+/// variables nor the optimizer's state on any rank of 2 (`load`, which
+/// reports what the rank held before and after), though the model's part
+/// is whole: a load that wrote the model first would change it. One
+/// corrupted in the model's last shard changes neither either: a load
+/// that wrote the optimizer first would change its state.
+fn corrupting_either_part_changes_neither(
+    save: impl Fn(&thread_world::ThreadRank, &CheckpointManager) -> Result<ShardedSave, String> + Sync,
+    load: impl Fn(&thread_world::ThreadRank, &CheckpointManager) -> Result<Refused, String> + Sync,
+) -> R {
+    let dir = tempfile::tempdir()?;
+    let manager = CheckpointManager::new(dir.path(), 1)?;
+    let saved = thread_world::run(2, |world| save(world, &manager));
     let saved = saved.into_iter().next().expect("rank 0")?;
     let step_dir = manager.step_dir(1);
     let last_of =
@@ -773,21 +869,7 @@ fn a_zero_training_checkpoint_corrupted_in_either_part_changes_neither() -> R {
         let end = bytes.len() - 1;
         bytes[end] ^= 0x40;
         std::fs::write(&path, &bytes)?;
-        let out = thread_world::run(2, |world| -> Result<_, String> {
-            let e = |x: &dyn std::fmt::Display| x.to_string();
-            let s = store().map_err(|x| e(&x))?;
-            let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
-            let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
-            let before = (bits(&s)?, pieces_of(&z, &plan, world.rank())?);
-            let err = manager
-                .load_latest(world, &mut plan, &mut ZeroTraining::new(&s, &mut z))
-                .err();
-            Ok((
-                before,
-                (bits(&s)?, pieces_of(&z, &plan, world.rank())?),
-                err,
-            ))
-        });
+        let out = thread_world::run(2, |world| load(world, &manager));
         let mut corrupted = 0;
         for (rank, got) in out.into_iter().enumerate() {
             let (before, after, err) = got?;
@@ -812,32 +894,92 @@ fn a_zero_training_checkpoint_corrupted_in_either_part_changes_neither() -> R {
 }
 
 #[test]
+fn a_zero_training_checkpoint_corrupted_in_either_part_changes_neither() -> R {
+    corrupting_either_part_changes_neither(
+        |world, manager| {
+            let e = |x: &dyn std::fmt::Display| x.to_string();
+            let s = store().map_err(|x| e(&x))?;
+            let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+            let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+            z.step(&grads(&s, 0, 0).map_err(|x| e(&x))?)
+                .map_err(|x| e(&x))?;
+            plan.all_gather(world).map_err(|x| e(&x))?;
+            let state = Training::new(&s, &mut z);
+            (manager.save(world, &mut plan, &state, 1, &Default::default())).map_err(|x| e(&x))
+        },
+        |world, manager| {
+            let e = |x: &dyn std::fmt::Display| x.to_string();
+            let s = store().map_err(|x| e(&x))?;
+            let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+            let mut z = ZeroAdamW::new(world, &plan, params()).map_err(|x| e(&x))?;
+            let held = |z: &ZeroAdamW, plan: &CandlePlan| -> Result<String, String> {
+                Ok(format!(
+                    "{:?}",
+                    (bits(&s)?, pieces_of(z, plan, world.rank())?)
+                ))
+            };
+            let before = held(&z, &plan)?;
+            let state = &mut Training::new(&s, &mut z);
+            let err = manager.load_latest(world, &mut plan, state).err();
+            Ok((before, held(&z, &plan)?, err))
+        },
+    )
+}
+
+#[test]
+fn a_replicated_training_checkpoint_corrupted_in_either_part_changes_neither() -> R {
+    corrupting_either_part_changes_neither(
+        |world, manager| {
+            let e = |x: &dyn std::fmt::Display| x.to_string();
+            let s = store().map_err(|x| e(&x))?;
+            let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+            let mut opt = AdamW::for_store(&s, "", params()).map_err(|x| e(&x))?;
+            let g = grads(&s, 0, 0).map_err(|x| e(&x))?;
+            candle_nn::Optimizer::step(&mut opt, &g).map_err(|x| e(&x))?;
+            let state = Training::new(&s, &mut opt);
+            (manager.save(world, &mut plan, &state, 1, &Default::default())).map_err(|x| e(&x))
+        },
+        |world, manager| {
+            let e = |x: &dyn std::fmt::Display| x.to_string();
+            let s = store().map_err(|x| e(&x))?;
+            let mut plan = CandlePlan::new(world, &s, &PlanOptions::new()).map_err(|x| e(&x))?;
+            let mut opt = AdamW::for_store(&s, "", params()).map_err(|x| e(&x))?;
+            let held = |opt: &AdamW| -> Result<String, String> {
+                Ok(format!("{:?}", (bits(&s)?, bits(opt.state())?)))
+            };
+            let before = held(&opt)?;
+            let state = &mut Training::new(&s, &mut opt);
+            let err = manager.load_latest(world, &mut plan, state).err();
+            Ok((before, held(&opt)?, err))
+        },
+    )
+}
+
+#[test]
 #[cfg_attr(
     debug_assertions,
     ignore = "a scaling test: run with cargo test --release"
 )]
 fn a_managed_zero_training_save_and_load_cost_o_variables() {
     let world = scopetree::ranks::SingleProcess;
-    per_variable("CheckpointManager::save + load_latest of a ZeroTraining, 4 f32 per variable")
-        .check(saved_state, |s, _| {
+    per_variable("CheckpointManager::save + load_latest of a Training, 4 f32 per variable").check(
+        saved_state,
+        |s, _| {
             let manager = CheckpointManager::new(s.dir.path(), 1).expect("a manager");
             let model = s.store.clone();
             manager
                 .save(
                     &world,
                     &mut s.plan,
-                    &ZeroTraining::new(&model, &mut s.opt),
+                    &Training::new(&model, &mut s.opt),
                     1,
                     &Default::default(),
                 )
                 .expect("a save");
             manager
-                .load_latest(
-                    &world,
-                    &mut s.plan,
-                    &mut ZeroTraining::new(&model, &mut s.opt),
-                )
+                .load_latest(&world, &mut s.plan, &mut Training::new(&model, &mut s.opt))
                 .expect("a load")
                 .expect("a checkpoint");
-        });
+        },
+    );
 }

@@ -243,7 +243,7 @@ fn all_reduce_in_place_is_exact(world: &World) -> Check {
 /// default buckets and in buckets of 8 bytes that split the slices; the
 /// gradients are small integers, so the sums are exact in any order. The
 /// optimizer's state saved by every rank loads back, alone and with the
-/// model in a managed checkpoint (`ZeroTraining`).
+/// model in a managed checkpoint (`Training`).
 fn zero_steps_match_replicated_ones(world: &World) -> Check {
     let params = candle_nn::ParamsAdamW {
         lr: 0.05,
@@ -284,11 +284,11 @@ fn zero_steps_match_replicated_ones(world: &World) -> Check {
             held(back.state())? == held(zopt.state())? && back.step_count().map_err(fail)? == 3;
         // The model with its optimizer in one managed checkpoint: a fresh
         // model and optimizer load both.
-        use scopetree::ranks::{CheckpointManager, ZeroTraining};
+        use scopetree::ranks::{CheckpointManager, Training};
         let manager =
             CheckpointManager::new(shared_dir(world).join(format!("zero-managed-{bucket}")), 1)
                 .map_err(fail)?;
-        let state = ZeroTraining::new(&zero.store, &mut zopt);
+        let state = Training::new(&zero.store, &mut zopt);
         (manager.save(world, &mut zplan, &state, 3, &SaveOptions::new())).map_err(fail)?;
         let fresh = Model::new(0.5, (3, 5));
         let mut fplan = CandlePlan::new(world, &fresh.store, &opts).map_err(fail)?;
@@ -297,7 +297,7 @@ fn zero_steps_match_replicated_ones(world: &World) -> Check {
         let step = (manager.load_latest(
             world,
             &mut fplan,
-            &mut ZeroTraining::new(&fresh.store, &mut fopt),
+            &mut Training::new(&fresh.store, &mut fopt),
         ))
         .map_err(fail)?
         .map(|(step, _)| step);

@@ -102,7 +102,7 @@ mod vars;
 #[cfg(feature = "candle")]
 pub use candle::plan::CandlePlan;
 #[cfg(feature = "candle")]
-pub use candle::training::{OPTIMIZER_DIR, ZeroTraining};
+pub use candle::training::{OPTIMIZER_DIR, Training, TrainingOptimizer};
 #[cfg(feature = "candle")]
 pub use candle::zero_adamw::ZeroAdamW;
 pub use checkpoints::async_save::{AsyncSaver, SaveStarted};

@@ -11,7 +11,7 @@
 //! | `plan.rs` | [`CandlePlan`](crate::ranks::CandlePlan): agreement, broadcast, all-reduce, consistency, checkpoints on one rank |
 //! | `shards.rs` | `CandlePlan`'s checkpoints written and read by every rank: `save_shards`, `load_shards` |
 //! | `staging.rs` | `CandlePlan` as a [`ShardedPlan`](crate::ranks::ShardedPlan): kept by a `CheckpointManager`, written beside training by an `AsyncSaver` |
-//! | `training.rs` | [`ZeroTraining`](crate::ranks::ZeroTraining): a store with its `ZeroAdamW`, one checkpoint a `CheckpointManager` keeps, loaded both parts or neither |
+//! | `training.rs` | [`Training`](crate::ranks::Training): a store with its optimizer (`ZeroAdamW` or a replicated `AdamW`), one checkpoint a `CheckpointManager` keeps, loaded both parts or neither |
 //! | `zero.rs` | ZeRO stage 1 for `CandlePlan`: its partition, `reduce_scatter` of a `GradStore`, `all_gather` of the `Var`s |
 //! | `zero_adamw.rs` | [`ZeroAdamW`](crate::ranks::ZeroAdamW): AdamW over one rank's slice, its moments on the device |
 //! | `zero_state.rs` | `ZeroAdamW`'s state in checkpoints: `save_shards` by every rank, `load_shards` at any number of ranks |

@@ -269,7 +269,9 @@ impl CandlePlan {
         let _watch = self.watch(comm, "loading the shards");
         let dir = dir.as_ref();
         let checked = self.check_shards(comm, store, dir)?;
-        self.read_shards(comm, store, dir, checked)
+        let loaded = self.read_shards(comm, store, dir, checked)?;
+        self.check_consistency(comm)?;
+        Ok(loaded)
     }
 
     /// The first half of [`load_shards`](Self::load_shards), which
@@ -324,10 +326,11 @@ impl CandlePlan {
         })
     }
 
-    /// The second half of [`load_shards`](Self::load_shards): each rank
-    /// reads its checked part into its variables, in place (its checksums
-    /// checked again on the bytes as they are read), and sends it to the
-    /// others. A collective call. O(bytes).
+    /// The second half of [`load_shards`](Self::load_shards), but for its
+    /// consistency check: each rank reads its checked part into its
+    /// variables, in place (its checksums checked again on the bytes as
+    /// they are read), and sends it to the others. A collective call.
+    /// O(bytes).
     pub(super) fn read_shards<C: Collective + ?Sized>(
         &mut self,
         comm: &C,
@@ -374,7 +377,6 @@ impl CandlePlan {
             outcome,
             None,
         )?;
-        self.check_consistency(comm)?;
         Ok(ShardedLoad {
             bytes: sizes[ranges[comm.rank()].clone()].iter().sum(),
             keys,
@@ -386,7 +388,7 @@ impl CandlePlan {
 /// A load across ranks whose files [`CandlePlan::check_shards`] checked:
 /// the store's variables by name, their bytes, every rank's range of
 /// them, this rank's keys and the load's options.
-pub(super) struct CheckedShards {
+pub struct CheckedShards {
     named: Vec<(String, Var)>,
     sizes: Vec<u64>,
     ranges: Vec<std::ops::Range<usize>>,

@@ -485,7 +485,7 @@ impl ZeroAdamW {
 
 /// An optimizer state's files that [`ZeroAdamW::check_shards`] opened and
 /// checked, and each tensor's index in them.
-pub(super) struct CheckedState {
+pub struct CheckedState {
     opened: Opened,
     found: FxHashMap<String, usize>,
 }

@@ -2,7 +2,7 @@
 //! [`CheckpointManager`](crate::ranks::CheckpointManager) keeps, and
 //! [`StagedPlan`]: those an [`AsyncSaver`](crate::ranks::AsyncSaver) also
 //! writes beside training: [`SyncPlan`] over a [`ScopeTree`] (here), and
-//! `CandlePlan` over a `CandleStore` or a `ZeroTraining` (in the candle
+//! `CandlePlan` over a `CandleStore` or a `Training` (in the candle
 //! room).
 
 use std::ops::Range;
@@ -21,7 +21,7 @@ use crate::ranks::transport::collective::Collective;
 /// A plan whose checkpoints across ranks, held in a state of type `S`, a
 /// [`CheckpointManager`](crate::ranks::CheckpointManager) keeps:
 /// [`SyncPlan`] over a [`ScopeTree`], and `CandlePlan` over a
-/// `CandleStore` or a `ZeroTraining` (feature `candle`). Those an
+/// `CandleStore` or a `Training` (feature `candle`). Those an
 /// [`AsyncSaver`](crate::ranks::AsyncSaver) writes are [`StagedPlan`]s
 /// too. Sealed:
 /// the crate implements it for its plans, and callers name it only in
@@ -61,9 +61,9 @@ pub trait Sealed<S: ?Sized> {
 /// A [`ShardedPlan`] whose checkpoints an
 /// [`AsyncSaver`](crate::ranks::AsyncSaver) also writes beside training:
 /// [`SyncPlan`] over a [`ScopeTree`], and `CandlePlan` over a
-/// `CandleStore`. A `CandlePlan` over a `ZeroTraining` (a store with its
-/// ZeRO optimizer) is a [`ShardedPlan`] only: its optimizer's moments are
-/// saved by a collective exchange that is not staged. Sealed, as
+/// `CandleStore`. A `CandlePlan` over a `Training` (a store with its
+/// optimizer) is a [`ShardedPlan`] only: its optimizer's state is not
+/// staged. Sealed, as
 /// [`ShardedPlan`].
 ///
 /// ```

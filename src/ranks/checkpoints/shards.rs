@@ -58,7 +58,7 @@ pub struct ShardedSave {
     pub bytes: u64,
     /// The shard of [sliced state](crate::ranks::SlicedState) this rank wrote, if
     /// any (`optimizer-0000k-of-0000N.safetensors`); in a save of a
-    /// `ZeroTraining`, its shard of the optimizer's state
+    /// `Training`, its shard of the optimizer's state
     /// (`optimizer/model-0000k-of-0000N.safetensors`).
     pub state_shard: Option<String>,
     /// The keys of this rank's state shard, in key order.
@@ -91,8 +91,8 @@ pub struct ShardedLoad {
     pub bytes: u64,
     /// The [sliced state](crate::ranks::SlicedState)'s tensors this rank read
     /// whole (it sent the other ranks their pieces), in key order; in a load
-    /// of a `ZeroTraining`, the optimizer's tensors this rank read its
-    /// slice of.
+    /// of a `Training`, the optimizer's tensors this rank read (with a
+    /// `ZeroAdamW`, its slice of each).
     pub state_keys: Vec<String>,
     /// The bytes this rank read of them.
     pub state_bytes: u64,
