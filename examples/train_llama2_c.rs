@@ -76,13 +76,14 @@
 //! (`ranks::ZeroAdamW`): the gradients are reduce-scattered, each rank
 //! steps its slice and the parameters are all-gathered; at 2 ranks it ends
 //! bit-identical to the replicated run, which CI checks. `--checkpoint DIR
-//! --save-at K` saves the parameters (`CandlePlan::save_shards`, every rank
-//! a shard) and AdamW's state after K steps (with `--zero`,
-//! `ZeroAdamW::save_shards`: every rank its moments), and `--resume DIR`
-//! goes on from there at any number of ranks, with or without `--zero`:
-//! both hold AdamW's whole state. CI saves a ZeRO run at 2 ranks and
+//! --save-at K` saves the parameters and AdamW's state after K steps into
+//! the `ranks::CheckpointManager` directory DIR, as one `ranks::Training`
+//! checkpoint (every rank a shard of each; with `--zero`, its moments),
+//! and `--resume DIR` goes on from its latest at any number of ranks, with
+//! or without `--zero`: both hold AdamW's whole state. CI saves a ZeRO run at 2 ranks and
 //! resumes it in one process with `--accumulate 2` and, replicated, at 2
-//! ranks; each ends with the uninterrupted run's digest. The run fails if
+//! ranks, and resumes a replicated run's checkpoint with `--zero`; each
+//! ends with the uninterrupted run's digest. The run fails if
 //! the ranks' parameters or held-out losses differ, or if the held-out
 //! loss does not fall.
 
@@ -97,7 +98,9 @@ use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder};
 use candle_transformers::models::llama2_c::{Cache, Config, Llama};
 use scopetree::candle::{AdamW as StoreAdamW, AsyncSaver, CandleStore};
 use scopetree::checkpoint::{LoadOptions, SaveOptions};
-use scopetree::ranks::{CandlePlan, Collective, PlanOptions, ZeroAdamW};
+use scopetree::ranks::{
+    CandlePlan, CheckpointManager, Collective, PlanOptions, Training, ZeroAdamW,
+};
 
 #[path = "support/data_parallel.rs"]
 mod data_parallel;
@@ -955,24 +958,23 @@ fn across_ranks(a: &Args, world: &dyn Collective) -> Res<()> {
     } else {
         Step::Replicated(StoreAdamW::for_store(&store, "", params)?)
     };
-    // Resumed: the parameters and the optimizer's state from a checkpoint
-    // of any number of ranks, ZeRO or replicated (both hold AdamW's whole
-    // state, `<name>.m`, `<name>.v` and `step`), at the step it was saved.
+    // Resumed: the parameters and the optimizer's state, the latest
+    // checkpoint in a manager's directory, of any number of ranks, ZeRO or
+    // replicated (both hold AdamW's whole state, `<name>.m`, `<name>.v`
+    // and `step`), both parts or neither, at the step it was saved.
     let first = match &a.resume {
         None => 0,
         Some(dir) => {
-            plan.load_shards(world, &store, dir.join("params"))?;
-            let optimizer = dir.join("optimizer");
-            let done = match &mut opt {
+            let manager = CheckpointManager::new(dir, 1)?;
+            let found = match &mut opt {
                 Step::Replicated(opt) => {
-                    opt.state().load(&optimizer, &LoadOptions::new())?;
-                    opt.step_count()?
+                    manager.load_latest(world, &mut plan, &mut Training::new(&store, opt))?
                 }
                 Step::Zero(opt) => {
-                    opt.load_shards(world, &mut plan, &optimizer)?;
-                    opt.step_count()?
+                    manager.load_latest(world, &mut plan, &mut Training::new(&store, opt))?
                 }
             };
+            let (done, _) = found.ok_or_else(|| format!("no checkpoint in {}", dir.display()))?;
             say!("resumed from {} at step {done}", dir.display());
             usize::try_from(done)?
         }
@@ -1012,31 +1014,20 @@ fn across_ranks(a: &Args, world: &dyn Collective) -> Res<()> {
             }
         }
         if let (Some(dir), true) = (&a.checkpoint, step + 1 == a.save_at) {
-            // Every rank writes a shard of the parameters; the optimizer's
-            // state: with ZeRO every rank its moments, replicated rank 0.
-            plan.save_shards(world, &store, dir.join("params"), &SaveOptions::new())?;
-            let optimizer = dir.join("optimizer");
-            match &opt {
+            // The parameters and the optimizer's state in one managed
+            // checkpoint, every rank a shard of each (with ZeRO, its
+            // moments).
+            let manager = CheckpointManager::new(dir, 1)?;
+            let done = u64::try_from(step + 1)?;
+            let opts = SaveOptions::new();
+            match &mut opt {
                 Step::Replicated(opt) => {
-                    let saved = if rank == 0 {
-                        opt.state().save_sharded(&optimizer, &SaveOptions::new())
-                    } else {
-                        Ok(Default::default())
-                    };
-                    // Every rank learns whether rank 0's save failed, so
-                    // none waits for the others.
-                    let mut failed = [0.0];
-                    world
-                        .all_reduce_sum_f64(&[f64::from(u8::from(saved.is_err()))], &mut failed)?;
-                    saved?;
-                    if failed[0] > 0.0 {
-                        return Err("rank 0 could not save the optimizer's state".into());
-                    }
+                    manager.save(world, &mut plan, &Training::new(&store, opt), done, &opts)?
                 }
                 Step::Zero(opt) => {
-                    opt.save_shards(world, &mut plan, &optimizer)?;
+                    manager.save(world, &mut plan, &Training::new(&store, opt), done, &opts)?
                 }
-            }
+            };
             say!("saved after step {step} into {}", dir.display());
         }
         if step % 50 == 0 || step + 1 == a.steps {
