@@ -966,18 +966,21 @@ fn a_managed_zero_training_save_and_load_cost_o_variables() {
         saved_state,
         |s, _| {
             let manager = CheckpointManager::new(s.dir.path(), 1).expect("a manager");
-            let model = s.store.clone();
             manager
                 .save(
                     &world,
                     &mut s.plan,
-                    &Training::new(&model, &mut s.opt),
+                    &Training::new(&s.store, &mut s.opt),
                     1,
                     &Default::default(),
                 )
                 .expect("a save");
             manager
-                .load_latest(&world, &mut s.plan, &mut Training::new(&model, &mut s.opt))
+                .load_latest(
+                    &world,
+                    &mut s.plan,
+                    &mut Training::new(&s.store, &mut s.opt),
+                )
                 .expect("a load")
                 .expect("a checkpoint");
         },

@@ -1016,7 +1016,8 @@ impl CandlePlan {
     ) -> Result<LoadReport, Error> {
         let _watch = self.watch(comm, "loading the checkpoint");
         let path = path.as_ref();
-        let checked = check_file(store, path);
+        let checked =
+            (store.named_vars().map_err(Error::from)).and_then(|named| check_file(&named, path));
         settle(
             comm,
             &mut self.gathered,
@@ -1037,19 +1038,13 @@ impl CandlePlan {
     }
 }
 
-/// Checks the header of the file at `path` against every variable of
-/// `store`: the same dotted names, dtypes and shapes. O(header +
-/// variables × depth).
-pub(in crate::ranks) fn check_file(store: &CandleStore, path: &Path) -> Result<(), Error> {
+/// Checks the header of the file at `path` against every variable of a
+/// store, `named` (its `named_vars`): the same dotted names, dtypes and
+/// shapes. O(header + variables).
+pub(in crate::ranks) fn check_file(named: &[(String, Var)], path: &Path) -> Result<(), Error> {
     let file = checkpoint::inspect(path)?;
-    let mine: Vec<(String, Dtype, Vec<usize>)> = store
-        .named_vars()?
-        .into_iter()
-        .map(|(k, v)| (k, v.dtype().into(), v.dims().to_vec()))
-        .collect();
-    let mine = mine
-        .iter()
-        .map(|(k, d, s)| (k.as_str(), *d, s.as_slice(), false));
+    let dtypes: Vec<Dtype> = named.iter().map(|(_, v)| v.dtype().into()).collect();
+    let mine = (named.iter().zip(&dtypes)).map(|((k, v), d)| (k.as_str(), *d, v.dims(), false));
     header_fits(path, file, mine)
 }
 

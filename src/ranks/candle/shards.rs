@@ -4,7 +4,7 @@
 //! ranks, as [`SyncPlan`](crate::ranks::SyncPlan)'s `save_shards` and
 //! `load_shards` do for a tree.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use candle_core::Var;
@@ -269,7 +269,7 @@ impl CandlePlan {
         let _watch = self.watch(comm, "loading the shards");
         let dir = dir.as_ref();
         let checked = self.check_shards(comm, store, dir)?;
-        let loaded = self.read_shards(comm, store, dir, checked)?;
+        let loaded = self.read_shards(comm, store, checked)?;
         self.check_consistency(comm)?;
         Ok(loaded)
     }
@@ -285,7 +285,8 @@ impl CandlePlan {
         store: &CandleStore,
         dir: &Path,
     ) -> Result<CheckedShards, Error> {
-        let local = check_file(store, dir).and_then(|()| Ok(store.named_vars()?));
+        let local = (store.named_vars().map_err(Error::from))
+            .and_then(|named| check_file(&named, dir).map(|()| named));
         let named = settle(comm, &mut self.gathered, "checking the shards", local, None)?;
         // Every rank's store fits the files: the ranks hold the same
         // variables, and cut them alike.
@@ -294,18 +295,16 @@ impl CandlePlan {
             .map(|(_, v)| (v.elem_count() * v.as_tensor().dtype().size_in_bytes()) as u64)
             .collect();
         let ranges = cut_whole(&sizes, comm.size());
-        let keys: Vec<String> = named[ranges[comm.rank()].clone()]
-            .iter()
-            .map(|(k, _)| k.clone())
-            .collect();
+        let mine = &named[ranges[comm.rank()].clone()];
         // Any error here is settled below with the others', never returned
         // before it: the other ranks wait in that settle.
-        let wanted: Arc<FxHashSet<String>> = Arc::new(keys.iter().cloned().collect());
+        let wanted: Arc<FxHashSet<String>> =
+            Arc::new(mine.iter().map(|(k, _)| k.clone()).collect());
         let opts = LoadOptions::new().filter(move |k| wanted.contains(k));
         // Every rank verifies its part's checksums against the files,
         // writing nothing, so that a corrupted part anywhere changes no
         // rank's store; no copy of the old values is kept.
-        let verified = if keys.is_empty() {
+        let verified = if mine.is_empty() {
             Ok(())
         } else {
             store.verify_sums(dir, &opts).map_err(Error::from)
@@ -318,10 +317,10 @@ impl CandlePlan {
             None,
         )?;
         Ok(CheckedShards {
+            dir: dir.to_owned(),
             named,
             sizes,
             ranges,
-            keys,
             opts,
         })
     }
@@ -335,25 +334,25 @@ impl CandlePlan {
         &mut self,
         comm: &C,
         store: &CandleStore,
-        dir: &Path,
         checked: CheckedShards,
     ) -> Result<ShardedLoad, Error> {
         let CheckedShards {
+            dir,
             named,
             sizes,
             ranges,
-            keys,
             opts,
         } = checked;
         let solo = comm.size() == 1;
+        let mine = ranges[comm.rank()].clone();
         // The options (their filter holds this rank's keys) go before the
         // exchange.
-        let read = if keys.is_empty() {
+        let read = if mine.is_empty() {
             Ok(())
         } else {
             let mut opts = opts;
             opts.sums_verified = true;
-            store.load(dir, &opts).map(|_| ()).map_err(Error::from)
+            store.load(&dir, &opts).map(|_| ()).map_err(Error::from)
         };
         settle(comm, &mut self.gathered, "reading the shards", read, None)?;
 
@@ -378,20 +377,20 @@ impl CandlePlan {
             None,
         )?;
         Ok(ShardedLoad {
-            bytes: sizes[ranges[comm.rank()].clone()].iter().sum(),
-            keys,
+            bytes: sizes[mine.clone()].iter().sum(),
+            keys: named[mine].iter().map(|(k, _)| k.clone()).collect(),
             ..ShardedLoad::default()
         })
     }
 }
 
 /// A load across ranks whose files [`CandlePlan::check_shards`] checked:
-/// the store's variables by name, their bytes, every rank's range of
-/// them, this rank's keys and the load's options.
+/// the directory, the store's variables by name, their bytes, every
+/// rank's range of them and the load's options (this rank's keys).
 pub struct CheckedShards {
+    dir: PathBuf,
     named: Vec<(String, Var)>,
     sizes: Vec<u64>,
     ranges: Vec<std::ops::Range<usize>>,
-    keys: Vec<String>,
     opts: LoadOptions,
 }

@@ -74,7 +74,6 @@ pub trait OptimizerState {
         &mut self,
         comm: &C,
         plan: &mut CandlePlan,
-        dir: &Path,
         checked: Self::Checked,
     ) -> Result<ShardedLoad, Error>;
 }
@@ -106,7 +105,6 @@ impl OptimizerState for ZeroAdamW {
         &mut self,
         comm: &C,
         plan: &mut CandlePlan,
-        _dir: &Path,
         checked: CheckedState,
     ) -> Result<ShardedLoad, Error> {
         self.read_shards(comm, plan, checked)
@@ -142,10 +140,9 @@ impl OptimizerState for AdamW {
         &mut self,
         comm: &C,
         plan: &mut CandlePlan,
-        dir: &Path,
         checked: CheckedShards,
     ) -> Result<ShardedLoad, Error> {
-        plan.read_shards(comm, self.state(), dir, checked)
+        plan.read_shards(comm, self.state(), checked)
     }
 }
 
@@ -291,8 +288,8 @@ impl<O: TrainingOptimizer> Sealed<Training<'_, O>> for CandlePlan {
         let model = self.check_shards(comm, state.store, dir)?;
         let optimizer_dir = dir.join(OPTIMIZER_DIR);
         let optimizer = state.optimizer.check_state(comm, self, &optimizer_dir)?;
-        let optimizer = (state.optimizer).read_state(comm, self, &optimizer_dir, optimizer)?;
-        let mut loaded = self.read_shards(comm, state.store, dir, model)?;
+        let optimizer = state.optimizer.read_state(comm, self, optimizer)?;
+        let mut loaded = self.read_shards(comm, state.store, model)?;
         self.check_consistency(comm)?;
         loaded.state_keys = optimizer.keys;
         loaded.state_bytes = optimizer.bytes;
