@@ -45,6 +45,18 @@ impl Arena {
         }
     }
 
+    /// Marks the end of the copies queued into the buffer: one event after
+    /// the last of a save's copies.
+    fn flush(&mut self) -> Result<(), Error> {
+        match self {
+            Self::Host(_) => Ok(()),
+            #[cfg(feature = "cuda")]
+            Self::Pinned(p) => p
+                .flush()
+                .map_err(|e| failed(format!("queueing staged copies: {e}"))),
+        }
+    }
+
     /// The bytes, for the host to write, once every copy has ended.
     fn bytes_mut(&mut self) -> Result<&mut [u8], Error> {
         match self {
@@ -270,7 +282,7 @@ impl AsyncSaver {
                 }
                 dirs.push((dir, slots));
             }
-            Ok(())
+            arena.flush()
         })();
         if let Err(e) = staged {
             // Copies may still be queued into the buffer: it waits for them

@@ -43,7 +43,7 @@ mod adamw;
 mod async_save;
 mod checkpoint;
 #[cfg(feature = "cuda")]
-mod cuda;
+pub(crate) mod cuda;
 mod error;
 mod freeze;
 mod get;

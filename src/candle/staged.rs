@@ -59,7 +59,9 @@ impl Staging for Buffer {
     fn queued(&mut self) {
         #[cfg(feature = "cuda")]
         if let Self::Pinned(p) = self {
-            p.flush();
+            // A failure here is the driver's, and the next access to the
+            // buffer, which waits for the copies, reports it.
+            let _ = p.flush();
         }
     }
 }
@@ -163,9 +165,27 @@ impl Pool {
         }
         self.bufs.clear();
         self.kind = Some(kind);
-        (0..shape.buffers)
-            .map(|_| new_buffer(kind, shape.buffer))
-            .collect()
+        if kind == Kind::Host || shape.buffers < 2 {
+            return (0..shape.buffers)
+                .map(|_| new_buffer(kind, shape.buffer))
+                .collect();
+        }
+        // Page-locked buffers each made on a thread of its own: page-locking
+        // and zeroing 16 MiB took about 10 ms on the H200 machine (a
+        // process's first load paid it twice), and the buffers are
+        // independent. Plain ones cost little, and stay on this thread.
+        std::thread::scope(|s| {
+            let made: Vec<_> = (0..shape.buffers)
+                .map(|_| s.spawn(move || new_buffer(kind, shape.buffer)))
+                .collect();
+            made.into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(device_error("a thread making a staging buffer panicked"))
+                    })
+                })
+                .collect()
+        })
     }
 
     /// The conversion buffers on the way to a device, made in the context
@@ -427,6 +447,8 @@ fn device_write(
         })?;
         convert_floats_into(src_dt, dst_dt, src, &mut bytes[..out_len]);
         cuda::write_range(s, first + (at + done) / f, out, 0, out_len)?;
+        out.flush()
+            .map_err(|e| candle_core::Error::Msg(format!("queueing a converted copy: {e}")))?;
         done += n;
     }
     Ok(())

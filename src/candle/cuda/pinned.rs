@@ -5,14 +5,17 @@
 //!
 //! Copies into or out of the buffer are asynchronous: the device's copy
 //! engine reads (or writes) the page-locked memory after the call that
-//! started it has returned. Every such copy records the buffer's event on
-//! its stream right after it is queued, and every access to the bytes from
-//! the host ([`Pinned::bytes`], [`Pinned::bytes_mut`], dropping the buffer)
-//! first waits for that event. The bytes are only reachable through those
-//! methods, so the host can neither read bytes a copy has not yet written
-//! nor overwrite bytes a copy is still taking. Copies in one direction are
-//! queued back to back (the pieces of a window go out together); a copy in
-//! the other direction first waits for those before it.
+//! started it has returned. The copies queued since the buffer's event was
+//! last recorded are pending; [`Pinned::flush`] records the event on their
+//! stream after the last of them (one event for a batch of copies, such as
+//! a window's pieces or a save's variables), and every access to the bytes
+//! from the host ([`Pinned::bytes`], [`Pinned::bytes_mut`], dropping the
+//! buffer) first records it for copies still pending, then waits for it.
+//! The bytes are only reachable through those methods, so the host can
+//! neither read bytes a copy has not yet written nor overwrite bytes a copy
+//! is still taking. Copies in one direction are queued back to back; a
+//! copy in the other direction, or on another stream, first waits for
+//! those before it.
 
 #![allow(unsafe_code)]
 
@@ -34,6 +37,8 @@ pub(crate) struct Pinned {
     /// into the buffer, from the device) and their stream (its handle's
     /// address): the event tracks one stream.
     queued: Option<(bool, usize)>,
+    /// The stream of copies queued since the event was last recorded.
+    pending: Option<Arc<CudaStream>>,
 }
 
 impl std::fmt::Debug for Pinned {
@@ -69,6 +74,7 @@ impl Pinned {
             host,
             done,
             queued: None,
+            pending: None,
         })
     }
 
@@ -87,8 +93,10 @@ impl Pinned {
         self.host.as_slice()
     }
 
-    /// Waits for every copy queued into or out of the buffer.
+    /// Waits for every copy queued into or out of the buffer, recording
+    /// the event first for those still pending.
     fn wait(&mut self) -> Result<(), DriverError> {
+        self.record()?;
         if self.queued.is_some() {
             self.done.synchronize()?;
             self.queued = None;
@@ -117,8 +125,9 @@ impl Pinned {
     }
 
     /// Queues a copy of `self[from..from + dst.len() * size_of::<T>()]` to
-    /// `dst` on `stream`, and records the buffer's event after it. `from`
-    /// is a multiple of `T`'s alignment.
+    /// `dst` on `stream`, pending until the buffer's event is recorded
+    /// after it ([`flush`](Self::flush), or the next access). `from` is a
+    /// multiple of `T`'s alignment.
     ///
     /// # Errors
     /// The driver's; [`DriverError`] `CUDA_ERROR_INVALID_VALUE` when the
@@ -138,12 +147,14 @@ impl Pinned {
             .and_then(|b| bytemuck::try_cast_slice(b).ok())
             .ok_or(invalid())?;
         stream.memcpy_htod(src, dst)?;
-        self.recorded(stream, false)
+        self.pend(stream, false);
+        Ok(())
     }
 
     /// Queues a copy of `src` into `self[at..at + src.len() *
-    /// size_of::<T>()]` on `stream`, and records the buffer's event after
-    /// it. `at` is a multiple of `T`'s alignment.
+    /// size_of::<T>()]` on `stream`, pending as in
+    /// [`copy_to_device`](Self::copy_to_device). `at` is a multiple of
+    /// `T`'s alignment.
     ///
     /// # Errors
     /// As [`copy_to_device`](Self::copy_to_device).
@@ -162,25 +173,49 @@ impl Pinned {
             .and_then(|b| bytemuck::try_cast_slice_mut(b).ok())
             .ok_or(invalid())?;
         stream.memcpy_dtoh(src, dst)?;
-        self.recorded(stream, true)
+        self.pend(stream, true);
+        Ok(())
     }
 
-    /// Asks the driver to start the copies queued so far (an event query
-    /// submits the work before it, where a driver holds work back).
-    pub(crate) fn flush(&self) {
+    /// Records the buffer's event after the copies queued so far, and asks
+    /// the driver to start them (an event query submits the work before
+    /// it, where a driver holds work back). Call it after the last copy of
+    /// a batch.
+    ///
+    /// # Errors
+    /// The driver's, when the event cannot be recorded (the copies have
+    /// then been waited for).
+    pub(crate) fn flush(&mut self) -> Result<(), DriverError> {
+        self.record()?;
         let _ = self.done.try_is_complete();
+        Ok(())
     }
 
-    /// Records the event after the copy just queued on `stream`; if that
-    /// fails, waits for the stream instead, so that no copy is left
-    /// untracked.
-    fn recorded(&mut self, stream: &Arc<CudaStream>, into: bool) -> Result<(), DriverError> {
+    /// Notes a copy just queued on `stream` in direction `into` as pending.
+    fn pend(&mut self, stream: &Arc<CudaStream>, into: bool) {
         self.queued = Some((into, stream.cu_stream() as usize));
-        self.done.record(stream).or_else(|e| {
-            stream.synchronize()?;
-            self.queued = None;
-            Err(e)
-        })
+        if self.pending.is_none() {
+            self.pending = Some(Arc::clone(stream));
+        }
+    }
+
+    /// Records the event after the pending copies (one stream: `turn`
+    /// waits before a copy on another); if that fails, waits for their
+    /// stream instead, so that no copy is left untracked (and if that fails
+    /// too, they stay pending).
+    fn record(&mut self) -> Result<(), DriverError> {
+        let Some(stream) = self.pending.take() else {
+            return Ok(());
+        };
+        let Err(e) = self.done.record(&stream) else {
+            return Ok(());
+        };
+        if let Err(s) = stream.synchronize() {
+            self.pending = Some(stream); // still untracked: tried again
+            return Err(s);
+        }
+        self.queued = None;
+        Err(e)
     }
 }
 
@@ -188,7 +223,7 @@ impl Drop for Pinned {
     fn drop(&mut self) {
         // The memory is freed after this: no copy may still use it. An
         // error here means the context is gone, and its copies with it.
-        let _ = self.done.synchronize();
+        let _ = self.wait();
     }
 }
 

@@ -98,11 +98,16 @@ pub(crate) fn write_device(
     let piece = |i: usize| (start + i * per, per.min(n - i * per));
     let run = (|| {
         let (first, len) = piece(0);
-        read_range(s, first, len, &mut pair[0], 0).map_err(bad)?;
+        let mut fetch = |first: usize, len: usize, buf: &mut Pinned| -> Result<(), Error> {
+            read_range(s, first, len, buf, 0).map_err(bad)?;
+            buf.flush()
+                .map_err(|e| bad(format!("queueing a copy from the device: {e}")))
+        };
+        fetch(first, len, &mut pair[0])?;
         for i in 0..pieces {
             if i + 1 < pieces {
                 let (first, len) = piece(i + 1);
-                read_range(s, first, len, &mut pair[(i + 1) % 2], 0).map_err(bad)?;
+                fetch(first, len, &mut pair[(i + 1) % 2])?;
             }
             let (_, len) = piece(i);
             let bytes = pair[i % 2]

@@ -6,6 +6,8 @@
 //!
 //! | file | role |
 //! |---|---|
+//! | `chunks.rs` | the all-reduce of a large gradient off the host, a chunk at a time through staging (page-locked on CUDA), two chunks in flight |
+//! | `host.rs` | host copies of candle tensors: a CPU tensor's bytes in place, a device tensor's pieces through host memory, the error naming a variable |
 //! | `in_tensors.rs` | tensors as the values of a bucketed broadcast, written in place on their devices |
 //! | `in_place.rs` | the in-place swap of `CandlePlan::all_reduce_in_place` |
 //! | `plan.rs` | [`CandlePlan`](crate::ranks::CandlePlan): agreement, broadcast, all-reduce, consistency, checkpoints on one rank |
@@ -19,6 +21,8 @@
 //! It may import every room of the layer: `checkpoints/`, `plan/`,
 //! `layout/`, `vars/`, `transport/` and `error.rs`.
 
+pub(super) mod chunks;
+pub(super) mod host;
 pub(super) mod in_place;
 pub(super) mod in_tensors;
 pub(super) mod plan;

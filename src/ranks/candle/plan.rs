@@ -10,8 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use candle_core::backprop::GradStore;
-use candle_core::{CpuStorage, DType, Device, Storage, Tensor, Var};
+use candle_core::{DType, Device, Tensor, Var};
 
+use super::chunks::{ChunkStaging, HostChunks, reduce_chunks};
+pub(in crate::ranks) use super::host::candle;
+use super::host::{Staged, with_bytes};
 use super::in_place::{SwapIn, all_distinct, storage_at};
 use crate::candle::CandleStore;
 use crate::checkpoint::{self, Dtype, LoadOptions, LoadReport, SaveReport};
@@ -26,7 +29,7 @@ use crate::ranks::transport::collective::{Collective, Digest, check_root};
 use crate::ranks::transport::watchdog::Watch;
 use crate::ranks::vars::checksum::{VarHash, digest_of_hashes, hash_bytes};
 use crate::ranks::vars::manifest::{Manifest, ManifestEntry};
-use crate::ranks::vars::values::{Direct, Values};
+use crate::ranks::vars::values::{Direct, SumChunk, Values};
 
 /// What a candle plan accepts, for error messages.
 const CANDLE_FLOATS: &str = "the ranks layer synchronises candle variables of F32 or F64; \
@@ -107,6 +110,9 @@ pub struct CandlePlan {
     stage_all: bool,
     /// ZeRO's cut of the variables into one slice per rank.
     pub(in crate::ranks) partition: Partition,
+    /// The staging of the direct variables' chunks on a device, kept from
+    /// call to call.
+    chunk_staging: ChunkStaging,
 }
 
 impl std::fmt::Debug for CandlePlan {
@@ -116,27 +122,6 @@ impl std::fmt::Debug for CandlePlan {
             .field("reduce_buckets", &self.reduce_buckets())
             .finish_non_exhaustive()
     }
-}
-
-/// A candle error on the variable `key`.
-pub(in crate::ranks) fn candle(key: &str, source: candle_core::Error) -> Error {
-    Error::from(crate::candle::Error::Candle {
-        name: key.to_owned(),
-        source,
-    })
-}
-
-/// The elements whose native bytes are `bytes` (whatever their
-/// alignment). O(bytes).
-fn native<F, const N: usize>(bytes: &[u8], from: fn([u8; N]) -> F) -> Vec<F> {
-    bytes
-        .chunks_exact(N)
-        .map(|c| {
-            let mut a = [0_u8; N];
-            a.copy_from_slice(c);
-            from(a)
-        })
-        .collect()
 }
 
 /// `t` as a contiguous CPU tensor: itself (an `Arc` clone) when it is one
@@ -152,59 +137,6 @@ fn on_host(t: &Tensor) -> candle_core::Result<Tensor> {
 /// Whether a call reads `t` in place on the host (else through staging).
 fn in_host(t: &Tensor, stage_all: bool) -> bool {
     t.device().is_cpu() && !stage_all
-}
-
-/// Device tensors read and written a piece at a time through host memory:
-/// each piece a bucket's segment (at most a bucket), so the staging is
-/// bounded by the bucket, not the gradients; in a pipelined all-reduce the
-/// copies of one bucket run while another bucket's transfer is in flight.
-struct Staged;
-
-impl Staged {
-    /// Copies the bytes `at..at + into.len()` of the contiguous tensor `t`
-    /// (`F32` or `F64`, on any device) into `into`. O(piece).
-    fn read(t: &Tensor, at: usize, into: &mut [u8]) -> candle_core::Result<()> {
-        let size = t.dtype().size_in_bytes();
-        let piece = t
-            .flatten_all()?
-            .narrow(0, at / size, into.len() / size)?
-            .to_device(&Device::Cpu)?;
-        with_bytes(&piece, |b| into.copy_from_slice(b))
-    }
-
-    /// Copies the elements in `from` (native bytes of `t`'s dtype) over
-    /// the elements `at / size..` of the contiguous tensor `t`, on its
-    /// device, in place. O(piece).
-    fn write(t: &Tensor, at: usize, from: &[u8]) -> candle_core::Result<()> {
-        let size = t.dtype().size_in_bytes();
-        let n = from.len() / size;
-        let piece = match t.dtype() {
-            DType::F64 => {
-                Tensor::from_vec(native::<f64, 8>(from, f64::from_ne_bytes), n, &Device::Cpu)?
-            }
-            _ => Tensor::from_vec(native::<f32, 4>(from, f32::from_ne_bytes), n, &Device::Cpu)?,
-        };
-        t.flatten_all()?
-            .slice_set(&piece.to_device(t.device())?, 0, at / size)
-    }
-}
-
-/// Runs `f` on the native bytes of a contiguous CPU tensor of `F32` or
-/// `F64`, in place (no copy).
-fn with_bytes<R>(t: &Tensor, f: impl FnOnce(&[u8]) -> R) -> candle_core::Result<R> {
-    let (storage, layout) = t.storage_and_layout();
-    let (start, end) = layout
-        .contiguous_offsets()
-        .ok_or_else(|| candle_core::Error::Msg("a tensor that is not contiguous".into()))?;
-    match &*storage {
-        Storage::Cpu(CpuStorage::F32(v)) => Ok(f(bytemuck::cast_slice(&v[start..end]))),
-        Storage::Cpu(CpuStorage::F64(v)) => Ok(f(bytemuck::cast_slice(&v[start..end]))),
-        _ => Err(candle_core::Error::Msg(format!(
-            "a {:?} tensor on {:?}; the ranks layer reads F32 or F64 on the CPU",
-            t.dtype(),
-            t.device().location()
-        ))),
-    }
 }
 
 /// The elements a call writes, one buffer per variable; they become the
@@ -284,6 +216,8 @@ struct Host<'a> {
     in_place: &'a [bool],
     /// Whether host tensors are staged as device ones are (tests).
     stage_all: bool,
+    /// The page-locked staging of the direct variables on a CUDA device.
+    staging: &'a mut ChunkStaging,
 }
 
 impl Values for Host<'_> {
@@ -331,6 +265,43 @@ impl Direct for Host<'_> {
             }
             Some(t) => with_bytes(t, |b| f(b)).map_err(|e| candle(&self.keys[var].key, e))?,
         }
+    }
+
+    /// A gradient off the host (on a device, or every gradient under
+    /// `stage_all`) reduced a chunk at a time into a new tensor on its
+    /// device, which becomes the variable's result: through the plan's
+    /// page-locked staging on a CUDA device, else through plain host
+    /// memory.
+    fn reduce_chunked(
+        &mut self,
+        var: usize,
+        per: usize,
+        sum: &mut SumChunk<'_>,
+    ) -> Result<bool, Error> {
+        let (Some(t), Some(Some(Out::Dev(device, result)))) =
+            (&self.sources[var], self.out.get_mut(var))
+        else {
+            return Ok(false);
+        };
+        if in_host(t, self.stage_all) || result.is_some() {
+            return Ok(false);
+        }
+        let key = &self.keys[var].key;
+        let made = Tensor::zeros(t.elem_count(), t.dtype(), device).map_err(|e| candle(key, e))?;
+        #[cfg(feature = "cuda")]
+        let on_device = super::chunks::on_device(key, t, &made, self.staging, per, sum)?;
+        #[cfg(not(feature = "cuda"))]
+        let on_device = {
+            let _ = &mut self.staging;
+            false
+        };
+        if !on_device {
+            let mut io = HostChunks::new(key, t, &made, per.min(t.elem_count()));
+            let size = t.dtype().size_in_bytes();
+            reduce_chunks(&mut io, t.elem_count(), per, size, sum)?;
+        }
+        *result = Some(made);
+        Ok(true)
     }
 
     /// The reduced elements become the variable's result as they are:
@@ -443,6 +414,7 @@ impl CandlePlan {
             watched,
             timeout: opts.timeout,
             stage_all: false,
+            chunk_staging: ChunkStaging::default(),
         })
     }
 
@@ -611,6 +583,7 @@ impl CandlePlan {
                 out: &mut out,
                 in_place: &[],
                 stage_all,
+                staging: &mut self.chunk_staging,
             };
             let nbytes = self.nbytes.iter().copied();
             broadcast_values(comm, root, nbytes, self.byte_cap, &mut host)?;
@@ -798,6 +771,7 @@ impl CandlePlan {
                 out: &mut out,
                 in_place: if in_place { &self.own } else { &[] },
                 stage_all,
+                staging: &mut self.chunk_staging,
             };
             self.f32s.reduce(comm, &mut host, op)?;
             self.f64s.reduce(comm, &mut host, op)?;

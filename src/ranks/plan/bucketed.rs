@@ -8,7 +8,7 @@ use crate::checkpoint::Dtype;
 use crate::ranks::error::Error;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::transport::pipeline::Pipeline;
-use crate::ranks::vars::values::{Direct, Float, Values, cast};
+use crate::ranks::vars::values::{Direct, Float, Values, cast, cast_mut};
 
 /// The buckets and buffers of one float type: small variables fused into
 /// buckets, copied in and out; variables of at least
@@ -127,6 +127,19 @@ impl<F: Float> Lane<F> {
         F::pipelined(comm, &mut fused, &mut self.bufs)?;
         let cap = self.cap;
         for d in &mut self.direct {
+            let chunked = values.reduce_chunked(d.var, cap, &mut |send, recv| {
+                let recv = cast_mut::<F>(recv)?;
+                F::sum(comm, cast::<F>(send)?, recv)?;
+                if op == Reduce::Mean {
+                    for x in recv.iter_mut() {
+                        *x = *x / ranks;
+                    }
+                }
+                Ok(())
+            })?;
+            if chunked {
+                continue;
+            }
             if d.buf.len() != d.len {
                 d.buf = vec![F::zeroed(); d.len];
             }

@@ -135,7 +135,26 @@ pub(in crate::ranks) trait Direct: Values {
     /// length, the reduced elements) the variable's elements, leaving in
     /// `spare` a buffer to reuse (the old elements) or an empty one.
     fn adopt(&mut self, var: usize, spare: &mut dyn Any) -> Result<(), Error>;
+    /// Reduces variable `var` through staging, `per` elements a call of
+    /// `sum` in order, when its elements are not in host memory (a device
+    /// tensor); its result is then set. `Ok(false)`, having done nothing,
+    /// for values the caller reduces with [`with_bytes`](Self::with_bytes)
+    /// and [`adopt`](Self::adopt).
+    fn reduce_chunked(
+        &mut self,
+        var: usize,
+        per: usize,
+        sum: &mut SumChunk<'_>,
+    ) -> Result<bool, Error> {
+        let _ = (var, per, sum);
+        Ok(false)
+    }
 }
+
+/// The sum of one chunk of a variable over the ranks: the chunk's bytes as
+/// this rank holds them, and the buffer of the same length its sums (or
+/// means) go to.
+pub(in crate::ranks) type SumChunk<'a> = dyn FnMut(&[u8], &mut [u8]) -> Result<(), Error> + 'a;
 
 /// The variables of a tree plan.
 pub(in crate::ranks) struct InTree<'a> {
