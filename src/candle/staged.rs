@@ -165,27 +165,9 @@ impl Pool {
         }
         self.bufs.clear();
         self.kind = Some(kind);
-        if kind == Kind::Host || shape.buffers < 2 {
-            return (0..shape.buffers)
-                .map(|_| new_buffer(kind, shape.buffer))
-                .collect();
-        }
-        // Page-locked buffers each made on a thread of its own: page-locking
-        // and zeroing 16 MiB took about 10 ms on the H200 machine (a
-        // process's first load paid it twice), and the buffers are
-        // independent. Plain ones cost little, and stay on this thread.
-        std::thread::scope(|s| {
-            let made: Vec<_> = (0..shape.buffers)
-                .map(|_| s.spawn(move || new_buffer(kind, shape.buffer)))
-                .collect();
-            made.into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(device_error("a thread making a staging buffer panicked"))
-                    })
-                })
-                .collect()
-        })
+        (0..shape.buffers)
+            .map(|_| new_buffer(kind, shape.buffer))
+            .collect()
     }
 
     /// The conversion buffers on the way to a device, made in the context

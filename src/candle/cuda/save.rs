@@ -98,7 +98,7 @@ pub(crate) fn write_device(
     let piece = |i: usize| (start + i * per, per.min(n - i * per));
     let run = (|| {
         let (first, len) = piece(0);
-        let mut fetch = |first: usize, len: usize, buf: &mut Pinned| -> Result<(), Error> {
+        let fetch = |first: usize, len: usize, buf: &mut Pinned| -> Result<(), Error> {
             read_range(s, first, len, buf, 0).map_err(bad)?;
             buf.flush()
                 .map_err(|e| bad(format!("queueing a copy from the device: {e}")))

@@ -1,11 +1,12 @@
-//! The all-reduce of a direct variable held off the host (feature
-//! `candle`): its elements copied to host staging, summed over the ranks
-//! and copied back a chunk at a time, two chunks in flight. On a CUDA
-//! device (feature `cuda`) the staging is page-locked and the copies are
-//! asynchronous on the tensor's stream, so the copy of chunk `i + 1` to
-//! the host and the copy of chunk `i - 1`'s sums back to the device run
-//! while chunk `i` is summed. The staging is four chunks (two each way),
-//! never the variable.
+//! The all-reduce of the direct variables held off the host (feature
+//! `candle`): a run of them copied to host staging, summed over the ranks
+//! and copied back a chunk at a time, two chunks in flight, across the
+//! variables of the run. On a CUDA device (feature `cuda`) the staging is
+//! page-locked and the copies are asynchronous on the tensors' stream, so
+//! the copy of chunk `k + 1` to the host (of the same variable or the
+//! next) and the copy of chunk `k - 1`'s sums back to the device run while
+//! chunk `k` is summed. The staging is four chunks (two each way), never a
+//! variable.
 
 use candle_core::Tensor;
 
@@ -13,62 +14,71 @@ use super::host::{Staged, candle};
 use crate::ranks::error::Error;
 use crate::ranks::vars::values::SumChunk;
 
-/// The copies of one variable's chunks through two send slots and two
-/// receive slots of staging.
+/// The copies of the chunks of a run of variables through two send slots
+/// and two receive slots of staging; `var` is a variable's place in the
+/// run.
 pub(super) trait ChunkCopies {
-    /// Starts the copy of elements `first..first + n` of the variable into
-    /// send slot `slot`.
-    fn fetch(&mut self, slot: usize, first: usize, n: usize) -> Result<(), Error>;
+    /// Starts the copy of elements `first..first + n` of variable `var`
+    /// into send slot `slot`.
+    fn fetch(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error>;
     /// Runs `f` on the first `nbytes` of send slot `slot` (once its copy
     /// has ended) and of receive slot `slot` (once the copy out of it has).
     fn sum(&mut self, slot: usize, nbytes: usize, f: &mut SumChunk<'_>) -> Result<(), Error>;
-    /// Starts the copy of receive slot `slot`'s first `n` elements over the
-    /// result's elements `first..first + n`.
-    fn put(&mut self, slot: usize, first: usize, n: usize) -> Result<(), Error>;
+    /// Starts the copy of receive slot `slot`'s first `n` elements over
+    /// elements `first..first + n` of variable `var`'s result.
+    fn put(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error>;
 }
 
-/// Reduces a variable of `n` elements of `size` bytes, `per` elements a
-/// call of `f` (the lane's cap, so that every rank makes the same calls
-/// whether it stages the variable or sends it from its own buffer):
-/// chunk `i + 1` is fetched before chunk `i` is summed, and chunk `i`'s
-/// sums are put before chunk `i + 1` is. O(n) copies; `n.div_ceil(per)`
-/// calls of `f`.
+/// Reduces a run of variables of `lens` elements of `size` bytes each,
+/// `per` elements a call of `f`, variable after variable (the calls of
+/// each variable sent from its own buffer in pieces of `per`, so that every
+/// rank makes the same calls whether it stages a variable or not): chunk
+/// `k + 1` (of the same variable or the next) is fetched before chunk `k`
+/// is summed, and chunk `k`'s sums are put before chunk `k + 1` is summed.
+/// O(elements) copies; one call of `f` per chunk.
 ///
 /// # Errors
 /// The first failed copy or sum, after which no more chunks are reduced.
 pub(super) fn reduce_chunks(
     io: &mut dyn ChunkCopies,
-    n: usize,
+    lens: &[usize],
     per: usize,
     size: usize,
     f: &mut SumChunk<'_>,
 ) -> Result<(), Error> {
     let per = per.max(1);
-    let chunks = n.div_ceil(per);
-    let piece = |i: usize| (i * per, per.min(n - i * per));
-    if chunks == 0 {
+    let mut chunks = lens
+        .iter()
+        .enumerate()
+        .flat_map(|(v, &n)| (0..n.div_ceil(per)).map(move |i| (v, i * per, per.min(n - i * per))));
+    let Some(mut cur) = chunks.next() else {
         return Ok(());
-    }
-    io.fetch(0, 0, piece(0).1)?;
-    for i in 0..chunks {
-        if i + 1 < chunks {
-            let (first, len) = piece(i + 1);
-            io.fetch((i + 1) % 2, first, len)?;
+    };
+    io.fetch(0, cur.0, cur.1, cur.2)?;
+    let mut k = 0;
+    loop {
+        let next = chunks.next();
+        if let Some((v, first, n)) = next {
+            io.fetch((k + 1) % 2, v, first, n)?;
         }
-        let (first, len) = piece(i);
-        io.sum(i % 2, len * size, f)?;
-        io.put(i % 2, first, len)?;
+        let (v, first, n) = cur;
+        io.sum(k % 2, n * size, f)?;
+        io.put(k % 2, v, first, n)?;
+        let Some(c) = next else {
+            return Ok(());
+        };
+        cur = c;
+        k += 1;
     }
-    Ok(())
 }
 
 /// Chunks staged through plain host memory, with synchronous copies
 /// ([`Staged`]): a device without page-locked staging, and the unit tests'
 /// way to drive [`reduce_chunks`] on the CPU.
 pub(super) struct HostChunks<'a> {
-    key: &'a str,
-    src: &'a Tensor,
-    result: &'a Tensor,
+    /// Each variable's key, source (contiguous) and result (contiguous, of
+    /// the source's dtype and length).
+    vars: Vec<(&'a str, &'a Tensor, &'a Tensor)>,
     size: usize,
     /// `u64`s so that the bytes are aligned for any float.
     send: [Vec<u64>; 2],
@@ -76,17 +86,17 @@ pub(super) struct HostChunks<'a> {
 }
 
 impl<'a> HostChunks<'a> {
-    /// Staging of `per` elements of `src`'s dtype each way, for reducing
-    /// `src` (contiguous) into `result` (contiguous, of its dtype and
-    /// length). O(per).
-    pub(super) fn new(key: &'a str, src: &'a Tensor, result: &'a Tensor, per: usize) -> Self {
-        let size = src.dtype().size_in_bytes();
+    /// Staging of `per` elements of `size` bytes each way, for reducing
+    /// `vars`. O(per).
+    pub(super) fn new(
+        vars: Vec<(&'a str, &'a Tensor, &'a Tensor)>,
+        size: usize,
+        per: usize,
+    ) -> Self {
         let words = (per * size).div_ceil(8);
         let buf = || vec![0_u64; words];
         Self {
-            key,
-            src,
-            result,
+            vars,
             size,
             send: [buf(), buf()],
             recv: [buf(), buf()],
@@ -95,10 +105,10 @@ impl<'a> HostChunks<'a> {
 }
 
 impl ChunkCopies for HostChunks<'_> {
-    fn fetch(&mut self, slot: usize, first: usize, n: usize) -> Result<(), Error> {
+    fn fetch(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error> {
+        let (key, src, _) = self.vars[var];
         let into: &mut [u8] = bytemuck::cast_slice_mut(&mut self.send[slot]);
-        Staged::read(self.src, first * self.size, &mut into[..n * self.size])
-            .map_err(|e| candle(self.key, e))
+        Staged::read(src, first * self.size, &mut into[..n * self.size]).map_err(|e| candle(key, e))
     }
 
     fn sum(&mut self, slot: usize, nbytes: usize, f: &mut SumChunk<'_>) -> Result<(), Error> {
@@ -107,10 +117,10 @@ impl ChunkCopies for HostChunks<'_> {
         f(&send[..nbytes], &mut recv[..nbytes])
     }
 
-    fn put(&mut self, slot: usize, first: usize, n: usize) -> Result<(), Error> {
+    fn put(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error> {
+        let (key, _, result) = self.vars[var];
         let from: &[u8] = bytemuck::cast_slice(&self.recv[slot]);
-        Staged::write(self.result, first * self.size, &from[..n * self.size])
-            .map_err(|e| candle(self.key, e))
+        Staged::write(result, first * self.size, &from[..n * self.size]).map_err(|e| candle(key, e))
     }
 }
 
@@ -168,52 +178,49 @@ mod cuda {
         }
     }
 
-    /// Reduces the contiguous CUDA tensor `src` into `result` (contiguous,
-    /// of its dtype and length, on its device) through `staging`, `per`
-    /// elements at a time ([`reduce_chunks`]). Returns whether `src` was a
-    /// CUDA tensor (else nothing was done). O(bytes) of copies on the
-    /// device's copy engine; host memory: the staging.
+    /// Reduces `vars` (key, source, result: contiguous CUDA tensors of
+    /// one device, each result of its source's dtype and length) through
+    /// `staging`, `per` elements of `size` bytes at a time
+    /// ([`reduce_chunks`]). O(bytes) of copies on the device's copy engine;
+    /// host memory: the staging.
     ///
     /// # Errors
-    /// [`Error::Candle`] naming `key` for a failed copy; the sum's.
+    /// [`Error::Candle`] naming the variable of a failed copy, or one that
+    /// is not on a CUDA device; [`Error::BadBuffers`] when the staging
+    /// cannot be page-locked; the sum's.
     pub(in crate::ranks::candle) fn on_device(
-        key: &str,
-        src: &Tensor,
-        result: &Tensor,
+        vars: &[(&str, &Tensor, &Tensor)],
+        size: usize,
         staging: &mut ChunkStaging,
         per: usize,
         f: &mut SumChunk<'_>,
-    ) -> Result<bool, Error> {
-        let (storage, layout) = src.storage_and_layout();
-        let Storage::Cuda(s) = &*storage else {
-            return Ok(false);
+    ) -> Result<(), Error> {
+        let Some(&(key, first, _)) = vars.first() else {
+            return Ok(());
         };
-        let (start, end) = layout
-            .contiguous_offsets()
-            .ok_or_else(|| candle(key, candle_core::Error::Msg("a strided gradient".into())))?;
-        let size = src.dtype().size_in_bytes();
-        let per = per.clamp(1, (end - start).max(1));
-        let ctx = s.device.cuda_stream().context().clone();
+        let candle_core::Device::Cuda(device) = first.device() else {
+            return Err(candle(
+                key,
+                candle_core::Error::Msg("not on a CUDA device".into()),
+            ));
+        };
+        let longest = vars
+            .iter()
+            .map(|(_, t, _)| t.elem_count())
+            .max()
+            .unwrap_or(1);
+        let per = per.clamp(1, longest.max(1));
+        let ctx = device.cuda_stream().context().clone();
         let bufs = staging.buffers(&ctx, per * size)?;
-        let mut io = DeviceChunks {
-            key,
-            src: s,
-            start,
-            result,
-            size,
-            bufs,
-        };
-        reduce_chunks(&mut io, end - start, per, size, f)?;
-        Ok(true)
+        let lens: Vec<usize> = vars.iter().map(|(_, t, _)| t.elem_count()).collect();
+        let mut io = DeviceChunks { vars, size, bufs };
+        reduce_chunks(&mut io, &lens, per, size, f)
     }
 
-    /// One variable's chunks between its CUDA storage and the staging:
-    /// `bufs` are send slots 0 and 1, then receive slots 0 and 1.
-    struct DeviceChunks<'a> {
-        key: &'a str,
-        src: &'a CudaStorage,
-        start: usize,
-        result: &'a Tensor,
+    /// The chunks of a run of variables between their CUDA storage and the
+    /// staging: `bufs` are send slots 0 and 1, then receive slots 0 and 1.
+    struct DeviceChunks<'a, 'v> {
+        vars: &'a [(&'v str, &'v Tensor, &'v Tensor)],
         size: usize,
         bufs: &'a mut [Pinned],
     }
@@ -222,33 +229,43 @@ mod cuda {
         candle(key, candle_core::Error::Msg(format!("{what}: {e}")))
     }
 
-    impl ChunkCopies for DeviceChunks<'_> {
-        fn fetch(&mut self, slot: usize, first: usize, n: usize) -> Result<(), Error> {
+    impl ChunkCopies for DeviceChunks<'_, '_> {
+        fn fetch(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error> {
+            let (key, src, _) = self.vars[var];
+            let (storage, layout) = src.storage_and_layout();
+            let Storage::Cuda(s) = &*storage else {
+                return Err(driver(key, "staging a gradient", "not on a CUDA device"));
+            };
+            let (start, _) = layout
+                .contiguous_offsets()
+                .ok_or_else(|| driver(key, "staging a gradient", "strided"))?;
             let buf = &mut self.bufs[slot];
-            read_range(self.src, self.start + first, n, buf, 0).map_err(|e| candle(self.key, e))?;
+            read_range(s, start + first, n, buf, 0).map_err(|e| candle(key, e))?;
             buf.flush()
-                .map_err(|e| driver(self.key, "queueing a copy from the device", e))
+                .map_err(|e| driver(key, "queueing a copy from the device", e))
         }
 
         fn sum(&mut self, slot: usize, nbytes: usize, f: &mut SumChunk<'_>) -> Result<(), Error> {
             let (send, recv) = self.bufs.split_at_mut(2);
+            let key = self.vars.first().map_or("", |v| v.0);
             let send = (send[slot].bytes())
-                .map_err(|e| driver(self.key, "waiting for a copy from the device", e))?;
+                .map_err(|e| driver(key, "waiting for a copy from the device", e))?;
             let recv = (recv[slot].bytes_mut())
-                .map_err(|e| driver(self.key, "waiting for a copy to the device", e))?;
+                .map_err(|e| driver(key, "waiting for a copy to the device", e))?;
             f(&send[..nbytes], &mut recv[..nbytes])
         }
 
-        fn put(&mut self, slot: usize, first: usize, n: usize) -> Result<(), Error> {
+        fn put(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error> {
+            let (key, _, result) = self.vars[var];
             let op = PutChunk {
                 buf: RefCell::new(&mut self.bufs[2 + slot]),
                 first,
                 nbytes: n * self.size,
             };
-            (self.result.inplace_op1(&op)).map_err(|e| candle(self.key, e))?;
+            result.inplace_op1(&op).map_err(|e| candle(key, e))?;
             self.bufs[2 + slot]
                 .flush()
-                .map_err(|e| driver(self.key, "queueing a copy to the device", e))
+                .map_err(|e| driver(key, "queueing a copy to the device", e))
         }
     }
 
@@ -288,52 +305,68 @@ mod tests {
 
     /// Records the calls of a reduce, in order.
     #[derive(Default)]
-    struct Calls(Vec<(char, usize, usize, usize)>);
+    struct Calls(Vec<(char, usize, usize, usize, usize)>);
 
     impl ChunkCopies for Calls {
-        fn fetch(&mut self, slot: usize, first: usize, n: usize) -> Result<(), Error> {
-            self.0.push(('f', slot, first, n));
+        fn fetch(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error> {
+            self.0.push(('f', slot, var, first, n));
             Ok(())
         }
         fn sum(&mut self, slot: usize, nbytes: usize, f: &mut SumChunk<'_>) -> Result<(), Error> {
-            self.0.push(('s', slot, 0, nbytes));
+            self.0.push(('s', slot, 0, 0, nbytes));
             f(&vec![0; nbytes], &mut vec![0; nbytes])
         }
-        fn put(&mut self, slot: usize, first: usize, n: usize) -> Result<(), Error> {
-            self.0.push(('p', slot, first, n));
+        fn put(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error> {
+            self.0.push(('p', slot, var, first, n));
             Ok(())
         }
     }
 
     #[test]
-    fn chunks_make_the_calls_of_a_variable_sent_whole_and_keep_two_in_flight() {
-        for n in [1, 5, 6, 7, 40] {
+    fn chunks_make_the_calls_of_variables_sent_whole_and_keep_two_in_flight() {
+        for lens in [
+            vec![1],
+            vec![5],
+            vec![6, 7],
+            vec![40, 1, 3],
+            vec![2, 2, 2, 2],
+        ] {
             for per in [1, 3, 6, 100] {
                 let size = 4;
                 let mut calls = Calls::default();
                 let mut sums = Vec::new();
-                reduce_chunks(&mut calls, n, per, size, &mut |s, r| {
+                reduce_chunks(&mut calls, &lens, per, size, &mut |s, r| {
                     assert_eq!(s.len(), r.len());
                     sums.push(s.len());
                     Ok(())
                 })
                 .expect("a reduce");
-                // The calls of `chunks(per)` over the whole variable: every
-                // rank makes the same, staged or not.
-                let whole: Vec<usize> = vec![0_u8; n].chunks(per).map(|c| c.len() * size).collect();
-                assert_eq!(sums, whole, "n {n} per {per}");
-                // Chunk i + 1 is fetched before chunk i is summed; chunk i
-                // is put before chunk i + 1 is summed; the slots alternate.
-                let mut want = vec![('f', 0, 0, per.min(n))];
-                for (i, c) in vec![0_u8; n].chunks(per).enumerate() {
-                    if (i + 1) * per < n {
-                        let next = per.min(n - (i + 1) * per);
-                        want.push(('f', (i + 1) % 2, (i + 1) * per, next));
+                // The calls of `chunks(per)` over each variable in turn:
+                // every rank makes the same, staged or not.
+                let chunks: Vec<(usize, usize, usize)> = (lens.iter().enumerate())
+                    .flat_map(|(v, &n)| {
+                        let whole = vec![0_u8; n];
+                        let sizes: Vec<usize> = whole.chunks(per).map(<[u8]>::len).collect();
+                        sizes
+                            .into_iter()
+                            .enumerate()
+                            .map(move |(i, len)| (v, i * per, len))
+                    })
+                    .collect();
+                let whole: Vec<usize> = chunks.iter().map(|c| c.2 * size).collect();
+                assert_eq!(sums, whole, "lens {lens:?} per {per}");
+                // Chunk k + 1 (of this variable or the next) is fetched
+                // before chunk k is summed; chunk k is put before chunk
+                // k + 1 is summed; the slots alternate across variables.
+                let mut want = vec![('f', 0, 0, 0, chunks[0].2)];
+                for (k, &(v, first, n)) in chunks.iter().enumerate() {
+                    if let Some(&(nv, nfirst, nn)) = chunks.get(k + 1) {
+                        want.push(('f', (k + 1) % 2, nv, nfirst, nn));
                     }
-                    want.push(('s', i % 2, 0, c.len() * size));
-                    want.push(('p', i % 2, i * per, c.len()));
+                    want.push(('s', k % 2, 0, 0, n * size));
+                    want.push(('p', k % 2, v, first, n));
                 }
-                assert_eq!(calls.0, want, "n {n} per {per}");
+                assert_eq!(calls.0, want, "lens {lens:?} per {per}");
             }
         }
     }
@@ -342,9 +375,9 @@ mod tests {
     fn a_failed_sum_stops_the_chunks() {
         let mut calls = Calls::default();
         let mut k = 0;
-        let e = reduce_chunks(&mut calls, 10, 2, 4, &mut |_, _| {
+        let e = reduce_chunks(&mut calls, &[4, 6], 2, 4, &mut |_, _| {
             k += 1;
-            if k == 2 {
+            if k == 3 {
                 return Err(Error::BadBuffers {
                     op: "all-reduce",
                     reason: "a test".into(),
@@ -353,7 +386,14 @@ mod tests {
             Ok(())
         });
         assert!(matches!(e, Err(Error::BadBuffers { .. })), "{e:?}");
-        assert_eq!(calls.0.iter().filter(|c| c.0 == 's').count(), 2);
-        assert_eq!(calls.0.iter().filter(|c| c.0 == 'p').count(), 1);
+        assert_eq!(calls.0.iter().filter(|c| c.0 == 's').count(), 3);
+        assert_eq!(calls.0.iter().filter(|c| c.0 == 'p').count(), 2);
+    }
+
+    #[test]
+    fn no_variables_make_no_calls() {
+        let mut calls = Calls::default();
+        reduce_chunks(&mut calls, &[], 3, 4, &mut |_, _| panic!("no sum")).expect("nothing");
+        assert!(calls.0.is_empty());
     }
 }

@@ -268,40 +268,77 @@ impl Direct for Host<'_> {
     }
 
     /// A gradient off the host (on a device, or every gradient under
-    /// `stage_all`) reduced a chunk at a time into a new tensor on its
-    /// device, which becomes the variable's result: through the plan's
-    /// page-locked staging on a CUDA device, else through plain host
-    /// memory.
-    fn reduce_chunked(
+    /// `stage_all`) of a variable whose result no reduce has handed over.
+    fn staged(&self, var: usize) -> bool {
+        matches!(
+            (&self.sources[var], self.out.get(var)),
+            (Some(t), Some(Some(Out::Dev(_, None)))) if !in_host(t, self.stage_all)
+        )
+    }
+
+    /// Each staged gradient of `vars` reduced into a new tensor on its
+    /// device, which becomes its variable's result: consecutive ones on
+    /// one CUDA device together, through the plan's page-locked staging,
+    /// the others through plain host memory.
+    fn reduce_staged(
         &mut self,
-        var: usize,
+        vars: &[(usize, usize)],
         per: usize,
         sum: &mut SumChunk<'_>,
-    ) -> Result<bool, Error> {
-        let (Some(t), Some(Some(Out::Dev(device, result)))) =
-            (&self.sources[var], self.out.get_mut(var))
-        else {
-            return Ok(false);
-        };
-        if in_host(t, self.stage_all) || result.is_some() {
-            return Ok(false);
+    ) -> Result<(), Error> {
+        let mut made = Vec::with_capacity(vars.len());
+        for &(var, _) in vars {
+            let (key, t) = (&self.keys[var].key, self.sources[var].as_ref());
+            let t = t.ok_or_else(no_result).map_err(|e| candle(key, e))?;
+            made.push(
+                Tensor::zeros(t.elem_count(), t.dtype(), t.device()).map_err(|e| candle(key, e))?,
+            );
         }
-        let key = &self.keys[var].key;
-        let made = Tensor::zeros(t.elem_count(), t.dtype(), device).map_err(|e| candle(key, e))?;
-        #[cfg(feature = "cuda")]
-        let on_device = super::chunks::on_device(key, t, &made, self.staging, per, sum)?;
+        let mut next = 0;
+        while next < vars.len() {
+            let device = |i: usize| self.sources[vars[i].0].as_ref().map(Tensor::device);
+            let first = device(next);
+            let run = (next..vars.len())
+                .take_while(|&i| match (first, device(i)) {
+                    (Some(a), Some(b)) => a.same_device(b),
+                    _ => false,
+                })
+                .count()
+                .max(1);
+            let run_vars: Vec<(&str, &Tensor, &Tensor)> = (next..next + run)
+                .filter_map(|i| {
+                    let var = vars[i].0;
+                    let t = self.sources[var].as_ref()?;
+                    Some((self.keys[var].key.as_str(), t, &made[i]))
+                })
+                .collect();
+            let size = run_vars
+                .first()
+                .map_or(1, |(_, t, _)| t.dtype().size_in_bytes());
+            #[cfg(feature = "cuda")]
+            if first.is_some_and(Device::is_cuda) {
+                super::chunks::on_device(&run_vars, size, self.staging, per, sum)?;
+                next += run;
+                continue;
+            }
+            let longest = run_vars
+                .iter()
+                .map(|(_, t, _)| t.elem_count())
+                .max()
+                .unwrap_or(1);
+            let lens: Vec<usize> = run_vars.iter().map(|(_, t, _)| t.elem_count()).collect();
+            let mut io = HostChunks::new(run_vars, size, per.min(longest));
+            reduce_chunks(&mut io, &lens, per, size, sum)?;
+            next += run;
+        }
         #[cfg(not(feature = "cuda"))]
-        let on_device = {
-            let _ = &mut self.staging;
-            false
-        };
-        if !on_device {
-            let mut io = HostChunks::new(key, t, &made, per.min(t.elem_count()));
-            let size = t.dtype().size_in_bytes();
-            reduce_chunks(&mut io, t.elem_count(), per, size, sum)?;
+        let _ = &mut self.staging;
+        for (&(var, _), t) in vars.iter().zip(made) {
+            if let Some(Some(Out::Dev(_, result))) = self.out.get_mut(var) {
+                *result = Some(t);
+            }
         }
-        *result = Some(made);
-        Ok(true)
+        Ok(())
     }
 
     /// The reduced elements become the variable's result as they are:

@@ -109,9 +109,11 @@ impl<F: Float> Lane<F> {
 
     /// Sums (or averages) every variable over the ranks, in place: the
     /// fused buckets copied in and out, the direct variables reduced from
-    /// their buffers into their spares, which they then take. The first
-    /// call allocates the spares; later ones allocate nothing on a tree.
-    /// O(bytes) of copies for the fused variables only.
+    /// their buffers into their spares, which they then take, or, where
+    /// `values` stages them (on a device), each run of them a chunk at a
+    /// time through staging, with the same calls. The first call allocates
+    /// the spares; later ones allocate nothing on a tree. O(bytes) of
+    /// copies for the fused and staged variables only.
     pub(in crate::ranks) fn reduce<C: Collective + ?Sized>(
         &mut self,
         comm: &C,
@@ -126,20 +128,34 @@ impl<F: Float> Lane<F> {
         };
         F::pipelined(comm, &mut fused, &mut self.bufs)?;
         let cap = self.cap;
-        for d in &mut self.direct {
-            let chunked = values.reduce_chunked(d.var, cap, &mut |send, recv| {
-                let recv = cast_mut::<F>(recv)?;
-                F::sum(comm, cast::<F>(send)?, recv)?;
-                if op == Reduce::Mean {
-                    for x in recv.iter_mut() {
-                        *x = *x / ranks;
+        let mut next = 0;
+        while next < self.direct.len() {
+            // A run of staged variables (on a device): reduced together, so
+            // that one's copies overlap another's sums.
+            let run = self.direct[next..]
+                .iter()
+                .take_while(|d| values.staged(d.var))
+                .count();
+            if run > 0 {
+                let vars: Vec<(usize, usize)> = self.direct[next..next + run]
+                    .iter()
+                    .map(|d| (d.var, d.len))
+                    .collect();
+                values.reduce_staged(&vars, cap, &mut |send, recv| {
+                    let recv = cast_mut::<F>(recv)?;
+                    F::sum(comm, cast::<F>(send)?, recv)?;
+                    if op == Reduce::Mean {
+                        for x in recv.iter_mut() {
+                            *x = *x / ranks;
+                        }
                     }
-                }
-                Ok(())
-            })?;
-            if chunked {
+                    Ok(())
+                })?;
+                next += run;
                 continue;
             }
+            let d = &mut self.direct[next];
+            next += 1;
             if d.buf.len() != d.len {
                 d.buf = vec![F::zeroed(); d.len];
             }

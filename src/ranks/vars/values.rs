@@ -135,19 +135,33 @@ pub(in crate::ranks) trait Direct: Values {
     /// length, the reduced elements) the variable's elements, leaving in
     /// `spare` a buffer to reuse (the old elements) or an empty one.
     fn adopt(&mut self, var: usize, spare: &mut dyn Any) -> Result<(), Error>;
-    /// Reduces variable `var` through staging, `per` elements a call of
-    /// `sum` in order, when its elements are not in host memory (a device
-    /// tensor); its result is then set. `Ok(false)`, having done nothing,
-    /// for values the caller reduces with [`with_bytes`](Self::with_bytes)
-    /// and [`adopt`](Self::adopt).
-    fn reduce_chunked(
+    /// Whether variable `var` is reduced through staging
+    /// ([`reduce_staged`](Self::reduce_staged)): its elements are not in
+    /// host memory (a device tensor). Else the caller reduces it with
+    /// [`with_bytes`](Self::with_bytes) and [`adopt`](Self::adopt).
+    fn staged(&self, var: usize) -> bool {
+        let _ = var;
+        false
+    }
+    /// Reduces the variables `vars` (plan index and element count, each
+    /// [`staged`](Self::staged)) through staging, in order, `per` elements
+    /// a call of `sum` (the calls [`with_bytes`](Self::with_bytes) would
+    /// make), and sets their results.
+    ///
+    /// # Errors
+    /// [`Error::BadBuffers`] where no variable is staged (a bug); a failed
+    /// copy or sum.
+    fn reduce_staged(
         &mut self,
-        var: usize,
+        vars: &[(usize, usize)],
         per: usize,
         sum: &mut SumChunk<'_>,
-    ) -> Result<bool, Error> {
-        let _ = (var, per, sum);
-        Ok(false)
+    ) -> Result<(), Error> {
+        let _ = (vars, per, sum);
+        Err(Error::BadBuffers {
+            op: "all-reduce",
+            reason: "values that stage no variable".into(),
+        })
     }
 }
 
