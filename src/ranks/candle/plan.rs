@@ -52,7 +52,10 @@ const CANDLE_FLOATS: &str = "the ranks layer synchronises candle variables of F3
 /// the model and the optimizer): build it after the model, and again after
 /// rebuilding the model. Every call is a collective call: every rank makes
 /// it, in the same order. Variables must be `F32` or `F64`; those on another
-/// device than the CPU are copied through the host (only the CPU was tested).
+/// device than the CPU go through host memory a bucket's chunk at a time:
+/// the large gradients of a CUDA device (feature `cuda`) through
+/// page-locked buffers the plan keeps, their copies beside MPI's calls
+/// (tested on an H200).
 /// Every call is watched with the plan's [timeout](PlanOptions::timeout), as
 /// [`SyncPlan`](crate::ranks::SyncPlan)'s (see [`Watch`]).
 ///
