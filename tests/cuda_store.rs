@@ -550,12 +550,14 @@ fn adamw(dev: &Device) -> R {
 /// every device.
 fn mixed(dev: &Device) -> Result<CandleStore, String> {
     let store = CandleStore::new();
-    let vars: [(&str, usize, DType); 5] = [
+    let vars: [(&str, usize, DType); 6] = [
         ("a", 3, DType::F32),
         ("b", 1000, DType::F64),
         ("c", 70_000, DType::F32),
         ("d", 5, DType::F32),
         ("e", 33, DType::F64),
+        // With `c`, a run of two staged gradients: one stream of chunks.
+        ("f", 50_000, DType::F32),
     ];
     for (name, n, dtype) in vars {
         store

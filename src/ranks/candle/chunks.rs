@@ -124,8 +124,39 @@ impl ChunkCopies for HostChunks<'_> {
     }
 }
 
-#[cfg(feature = "cuda")]
-pub(super) use self::cuda::on_device;
+/// Reduces a run of variables (key, source, result: contiguous tensors of
+/// one device and dtype, each result of its source's length) through
+/// staging, `per` elements a call of `f` ([`reduce_chunks`]): the plan's
+/// page-locked `staging` on a CUDA device, plain host memory on any other.
+/// O(elements) copies; host memory: four chunks.
+///
+/// # Errors
+/// [`Error::Candle`] naming the variable of a failed copy;
+/// [`Error::BadBuffers`] when the staging cannot be page-locked; the sum's.
+pub(super) fn reduce_run(
+    vars: &[(&str, &Tensor, &Tensor)],
+    staging: &mut ChunkStaging,
+    per: usize,
+    f: &mut SumChunk<'_>,
+) -> Result<(), Error> {
+    let Some(&(_, first, _)) = vars.first() else {
+        return Ok(());
+    };
+    let size = first.dtype().size_in_bytes();
+    let lens: Vec<usize> = vars.iter().map(|(_, t, _)| t.elem_count()).collect();
+    // No chunk is longer than the longest variable: the staging need not be.
+    let per = per.clamp(1, lens.iter().copied().max().unwrap_or(1).max(1));
+    #[cfg(feature = "cuda")]
+    if let candle_core::Device::Cuda(device) = first.device() {
+        let ctx = device.cuda_stream().context().clone();
+        let bufs = staging.buffers(&ctx, per * size)?;
+        let mut io = cuda::DeviceChunks { vars, size, bufs };
+        return reduce_chunks(&mut io, &lens, per, size, f);
+    }
+    let _ = staging; // page-locked memory is for CUDA devices only
+    let mut io = HostChunks::new(vars.to_vec(), size, per);
+    reduce_chunks(&mut io, &lens, per, size, f)
+}
 
 /// The page-locked staging of a plan's chunked reduces, kept from call to
 /// call: four buffers of one chunk in one device's context (empty until a
@@ -150,7 +181,7 @@ mod cuda {
     use candle_core::cuda_backend::cudarc::driver::CudaContext;
     use candle_core::{CudaStorage, InplaceOp1, Layout, Storage, Tensor};
 
-    use super::{ChunkCopies, ChunkStaging, reduce_chunks};
+    use super::{ChunkCopies, ChunkStaging};
     use crate::candle::cuda::{Pinned, read_range, write_range};
     use crate::ranks::candle::host::candle;
     use crate::ranks::error::Error;
@@ -160,7 +191,11 @@ mod cuda {
         /// Four buffers of at least `len` bytes in `ctx`'s device: the
         /// kept ones, else new ones (page-locked once per plan, and again
         /// only for a larger chunk or another device).
-        fn buffers(&mut self, ctx: &Arc<CudaContext>, len: usize) -> Result<&mut [Pinned], Error> {
+        pub(super) fn buffers(
+            &mut self,
+            ctx: &Arc<CudaContext>,
+            len: usize,
+        ) -> Result<&mut [Pinned], Error> {
             let ordinal = ctx.ordinal();
             let fits = |(o, b): &(usize, Vec<Pinned>)| *o == ordinal && b[0].len() >= len;
             if !self.kept.as_ref().is_some_and(fits) {
@@ -178,51 +213,12 @@ mod cuda {
         }
     }
 
-    /// Reduces `vars` (key, source, result: contiguous CUDA tensors of
-    /// one device, each result of its source's dtype and length) through
-    /// `staging`, `per` elements of `size` bytes at a time
-    /// ([`reduce_chunks`]). O(bytes) of copies on the device's copy engine;
-    /// host memory: the staging.
-    ///
-    /// # Errors
-    /// [`Error::Candle`] naming the variable of a failed copy, or one that
-    /// is not on a CUDA device; [`Error::BadBuffers`] when the staging
-    /// cannot be page-locked; the sum's.
-    pub(in crate::ranks::candle) fn on_device(
-        vars: &[(&str, &Tensor, &Tensor)],
-        size: usize,
-        staging: &mut ChunkStaging,
-        per: usize,
-        f: &mut SumChunk<'_>,
-    ) -> Result<(), Error> {
-        let Some(&(key, first, _)) = vars.first() else {
-            return Ok(());
-        };
-        let candle_core::Device::Cuda(device) = first.device() else {
-            return Err(candle(
-                key,
-                candle_core::Error::Msg("not on a CUDA device".into()),
-            ));
-        };
-        let longest = vars
-            .iter()
-            .map(|(_, t, _)| t.elem_count())
-            .max()
-            .unwrap_or(1);
-        let per = per.clamp(1, longest.max(1));
-        let ctx = device.cuda_stream().context().clone();
-        let bufs = staging.buffers(&ctx, per * size)?;
-        let lens: Vec<usize> = vars.iter().map(|(_, t, _)| t.elem_count()).collect();
-        let mut io = DeviceChunks { vars, size, bufs };
-        reduce_chunks(&mut io, &lens, per, size, f)
-    }
-
     /// The chunks of a run of variables between their CUDA storage and the
     /// staging: `bufs` are send slots 0 and 1, then receive slots 0 and 1.
-    struct DeviceChunks<'a, 'v> {
-        vars: &'a [(&'v str, &'v Tensor, &'v Tensor)],
-        size: usize,
-        bufs: &'a mut [Pinned],
+    pub(super) struct DeviceChunks<'a, 'v> {
+        pub(super) vars: &'a [(&'v str, &'v Tensor, &'v Tensor)],
+        pub(super) size: usize,
+        pub(super) bufs: &'a mut [Pinned],
     }
 
     fn driver(key: &str, what: &str, e: impl std::fmt::Display) -> Error {

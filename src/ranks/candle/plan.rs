@@ -12,7 +12,7 @@ use std::time::Duration;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 
-use super::chunks::{ChunkStaging, HostChunks, reduce_chunks};
+use super::chunks::{ChunkStaging, reduce_run};
 pub(in crate::ranks) use super::host::candle;
 use super::host::{Staged, with_bytes};
 use super::in_place::{SwapIn, all_distinct, storage_at};
@@ -280,9 +280,8 @@ impl Direct for Host<'_> {
     }
 
     /// Each staged gradient of `vars` reduced into a new tensor on its
-    /// device, which becomes its variable's result: consecutive ones on
-    /// one CUDA device together, through the plan's page-locked staging,
-    /// the others through plain host memory.
+    /// device, which becomes its variable's result: each run of them on
+    /// one device together ([`reduce_run`]).
     fn reduce_staged(
         &mut self,
         vars: &[(usize, usize)],
@@ -291,52 +290,24 @@ impl Direct for Host<'_> {
     ) -> Result<(), Error> {
         let mut made = Vec::with_capacity(vars.len());
         for &(var, _) in vars {
-            let (key, t) = (&self.keys[var].key, self.sources[var].as_ref());
-            let t = t.ok_or_else(no_result).map_err(|e| candle(key, e))?;
-            made.push(
-                Tensor::zeros(t.elem_count(), t.dtype(), t.device()).map_err(|e| candle(key, e))?,
-            );
+            let key = &self.keys[var].key;
+            let Some(t) = &self.sources[var] else {
+                return Err(Error::BadBuffers {
+                    op: "all-reduce",
+                    reason: format!("`{key}` staged without a gradient"),
+                });
+            };
+            let zeros = Tensor::zeros(t.elem_count(), t.dtype(), t.device());
+            made.push((key.as_str(), t, zeros.map_err(|e| candle(key, e))?));
         }
-        let mut next = 0;
-        while next < vars.len() {
-            let device = |i: usize| self.sources[vars[i].0].as_ref().map(Tensor::device);
-            let first = device(next);
-            let run = (next..vars.len())
-                .take_while(|&i| match (first, device(i)) {
-                    (Some(a), Some(b)) => a.same_device(b),
-                    _ => false,
-                })
-                .count()
-                .max(1);
-            let run_vars: Vec<(&str, &Tensor, &Tensor)> = (next..next + run)
-                .filter_map(|i| {
-                    let var = vars[i].0;
-                    let t = self.sources[var].as_ref()?;
-                    Some((self.keys[var].key.as_str(), t, &made[i]))
-                })
-                .collect();
-            let size = run_vars
-                .first()
-                .map_or(1, |(_, t, _)| t.dtype().size_in_bytes());
-            #[cfg(feature = "cuda")]
-            if first.is_some_and(Device::is_cuda) {
-                super::chunks::on_device(&run_vars, size, self.staging, per, sum)?;
-                next += run;
-                continue;
-            }
-            let longest = run_vars
-                .iter()
-                .map(|(_, t, _)| t.elem_count())
-                .max()
-                .unwrap_or(1);
-            let lens: Vec<usize> = run_vars.iter().map(|(_, t, _)| t.elem_count()).collect();
-            let mut io = HostChunks::new(run_vars, size, per.min(longest));
-            reduce_chunks(&mut io, &lens, per, size, sum)?;
-            next += run;
+        let runs = made.chunk_by(|(_, a, _), (_, b, _)| a.device().same_device(b.device()));
+        for run in runs {
+            let run: Vec<(&str, &Tensor, &Tensor)> =
+                run.iter().map(|(k, t, r)| (*k, *t, r)).collect();
+            reduce_run(&run, self.staging, per, sum)?;
         }
-        #[cfg(not(feature = "cuda"))]
-        let _ = &mut self.staging;
-        for (&(var, _), t) in vars.iter().zip(made) {
+        let results: Vec<Tensor> = made.into_iter().map(|(_, _, r)| r).collect();
+        for (&(var, _), t) in vars.iter().zip(results) {
             if let Some(Some(Out::Dev(_, result))) = self.out.get_mut(var) {
                 *result = Some(t);
             }
