@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo build --release --features candle,mpi --example candle_bench
-//! mpirun -np 2 target/release/examples/candle_bench [MB] [REPS] [TENSORS] [--bucket BYTES] [--direct BYTES] [--device cpu|cuda]
+//! mpirun -np 2 target/release/examples/candle_bench [MB] [REPS] [TENSORS] [--bucket BYTES] [--direct BYTES] [--device cpu|cuda] [--zero]
 //! ```
 //!
 //! With `--device cuda` (feature `cuda`) the variables and gradients are on
@@ -27,6 +27,10 @@
 //!   a flat buffer of the same bytes in chunks of the bucket, and one raw
 //!   `MPI_Allreduce` of the whole buffer. After the warm-up round, rank 0
 //!   checks that the reduced gradients are `0.5 × ranks`.
+//! - With `--zero`, each round also times ZeRO stage 1's exchange:
+//!   [`CandlePlan::reduce_scatter`] (sum) then [`CandlePlan::all_gather`],
+//!   against raw `MPI_Reduce`s of each rank's slice of the flat buffer to
+//!   it and `MPI_Allgather`s of the slices, in chunks of the bucket.
 //! - Each figure is the median, with the range (min–max), of `REPS` rounds
 //!   (9 by default) after one warm-up round; each time is the slowest
 //!   rank's (every rank starts after a barrier, and the ranks take the
@@ -48,8 +52,8 @@ use scopetree::ranks::{
 };
 
 use rounds::{
-    RawMpi, bytes_label, compare_line, load_average, once, order, sizes, take_bytes_flag,
-    whole_line,
+    RawMpi, Spread, bytes_label, compare_line, load_average, once, order, per_round, sizes,
+    take_bytes_flag, whole_line,
 };
 
 /// The gradient every element holds before a call.
@@ -94,6 +98,13 @@ fn main() {
     let mut args: Vec<String> = std::env::args().collect();
     let bucket = take_bytes_flag(&mut args, "--bucket");
     let direct = take_bytes_flag(&mut args, "--direct");
+    let zero = match args.iter().position(|a| a == "--zero") {
+        Some(i) => {
+            args.remove(i);
+            true
+        }
+        None => false,
+    };
     let dev = match args.iter().position(|a| a == "--device") {
         None => Device::Cpu,
         Some(i) => {
@@ -143,6 +154,10 @@ fn main() {
         .iter()
         .map(|v| Tensor::full(GRAD, v.dims(), &dev).unwrap())
         .collect();
+    // ZeRO's own plan and gradients (its results replace the gradients of
+    // its slice).
+    let mut plan_zero = CandlePlan::new(&world, &store, &opts).unwrap();
+    let mut grads_zero = GradStore::default();
     let mut grads = GradStore::default();
     let mut grads_in_place = GradStore::default();
     let mut raw = RawMpi::new(total);
@@ -171,10 +186,12 @@ fn main() {
     }
 
     // 0: one raw call, 1: raw chunks of the bucket, 2: the plan, 3: the
-    // plan in place.
-    let mut times: Vec<Vec<f64>> = (0..4).map(|_| Vec::with_capacity(reps)).collect();
+    // plan in place; with `--zero`, 4: ZeRO's raw calls, 5: the plan's
+    // reduce-scatter and all-gather.
+    let configs = if zero { 6 } else { 4 };
+    let mut times: Vec<Vec<f64>> = (0..configs).map(|_| Vec::with_capacity(reps)).collect();
     for round in 0..=reps {
-        for i in order(4, round) {
+        for i in order(configs, round) {
             let t = match i {
                 0 => once(&world, || raw.whole(&world)),
                 1 => once(&world, || raw.chunks(&world, bucket_bytes)),
@@ -183,6 +200,16 @@ fn main() {
                     sync();
                     once(&world, || {
                         plan.all_reduce(&world, &mut grads, Reduce::Sum).unwrap();
+                        sync();
+                    })
+                }
+                4 => once(&world, || raw.zero(&world, bucket_bytes)),
+                5 => {
+                    refill(&mut grads_zero, &plan, &fresh);
+                    sync();
+                    once(&world, || {
+                        (plan_zero.reduce_scatter(&world, &mut grads_zero, Reduce::Sum)).unwrap();
+                        plan_zero.all_gather(&world).unwrap();
                         sync();
                     })
                 }
@@ -199,6 +226,18 @@ fn main() {
             };
             if round > 0 {
                 times[i].push(t);
+            }
+        }
+        if round == 0 {
+            let want = GRAD * world.size() as f32;
+            if zero {
+                // This rank's slice holds the sums; the others its own.
+                let me = world.rank() as usize;
+                for p in plan_zero.partition().pieces(me) {
+                    let g = grads_zero.get(plan_zero.vars()[p.var].as_tensor()).unwrap();
+                    let got = g.flatten_all().and_then(|g| g.get(p.start)).unwrap();
+                    assert_eq!(got.to_scalar::<f32>().unwrap(), want, "ZeRO's sums");
+                }
             }
         }
         if round == 0 && world.rank() == 0 {
@@ -234,6 +273,20 @@ fn main() {
                 } else {
                     ""
                 }
+            );
+        }
+        if zero {
+            let (ours, raw) = (Spread::of(&times[5]), Spread::of(&times[4]));
+            println!(
+                "ZeRO stage 1, bucket of {}: CandlePlan::reduce_scatter + all_gather {}; raw \
+                 MPI_Reduce + MPI_Allgather in chunks of the bucket {}; ratio to raw {:.2}x \
+                 (rounds: {}), to raw all-reduce chunks {:.2}x",
+                bytes_label(bucket_bytes),
+                ours.ms(),
+                raw.ms(),
+                raw.median / ours.median,
+                Spread::of(&per_round(&times[4], &times[5])).range_x(),
+                Spread::of(&times[1]).median / ours.median,
             );
         }
     }

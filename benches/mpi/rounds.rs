@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use mpi::collective::SystemOperation;
 use mpi::topology::SimpleCommunicator;
-use mpi::traits::CommunicatorCollectives;
+use mpi::traits::{Communicator, CommunicatorCollectives, Root};
 
 /// The sizes in elements of `count` tensors growing as i² (as a model's mix
 /// of biases and weights), `total` elements in all, each at least 1.
@@ -232,6 +232,51 @@ impl RawMpi {
         let n = (bytes / 4).max(1);
         for (s, r) in self.send.chunks(n).zip(self.recv.chunks_mut(n)) {
             world.all_reduce_into(s, r, SystemOperation::sum());
+        }
+    }
+
+    /// ZeRO stage 1's exchange over the buffer, cut into one contiguous
+    /// slice per rank: each slice summed to its owner by `MPI_Reduce`s of
+    /// `bytes`, then every slice gathered to every rank by `MPI_Allgather`s
+    /// of `bytes` per rank (the last slice padded): the calls of a plan's
+    /// `reduce_scatter` and `all_gather`, without their copies and checks.
+    #[allow(
+        dead_code,
+        reason = "candle_bench's --zero only; ranks_bench includes this file too"
+    )]
+    pub fn zero(&mut self, world: &SimpleCommunicator, bytes: usize) {
+        let n = (bytes / 4).max(1);
+        let ranks = world.size() as usize;
+        let me = world.rank() as usize;
+        let slice = self.send.len().div_ceil(ranks);
+        for r in 0..ranks {
+            let lo = (r * slice).min(self.send.len());
+            let hi = ((r + 1) * slice).min(self.send.len());
+            let root = world.process_at_rank(r as i32);
+            for (at, s) in (lo..hi).step_by(n).zip(self.send[lo..hi].chunks(n)) {
+                if r == me {
+                    let out = &mut self.recv[at..at + s.len()];
+                    root.reduce_into_root(s, out, SystemOperation::sum());
+                } else {
+                    root.reduce_into(s, SystemOperation::sum());
+                }
+            }
+        }
+        let lo = (me * slice).min(self.send.len());
+        let mine_len = ((me + 1) * slice).min(self.send.len()) - lo;
+        let mut block = vec![0.0_f32; n];
+        let mut all = vec![0.0_f32; n * ranks];
+        for at in (0..slice).step_by(n) {
+            let len = n.min(slice - at);
+            block.fill(0.0);
+            let have = mine_len.saturating_sub(at).min(len);
+            block[..have].copy_from_slice(&self.recv[lo + at..lo + at + have]);
+            world.all_gather_into(&block[..len], &mut all[..len * ranks]);
+            for r in (0..ranks).filter(|&r| r != me) {
+                let to = r * slice + at;
+                let have = self.send.len().saturating_sub(to).min(len);
+                self.recv[to..to + have].copy_from_slice(&all[r * len..r * len + have]);
+            }
         }
     }
 }
