@@ -1,8 +1,9 @@
 //! The candle store on a CUDA device (feature `cuda`): loads straight to the
 //! device (created, in place, before the build, converted), their checks
 //! and atomicity, device mismatches, saves from the device, `AdamW`, and
-//! the ranks layer over a device store at one rank (the all-reduce through
-//! host staging, the manager and the async saver). Each check compares
+//! the ranks layer over a device store (the all-reduce through host
+//! staging, the manager and the async saver at one rank; ZeRO's
+//! reduce-scatter and all-gather at two ranks as threads). Each check compares
 //! with the same work on the CPU, bit for bit.
 //!
 //! A test binary without libtest's harness: without a device every check
@@ -15,6 +16,8 @@
 #[path = "support/gpu_harness.rs"]
 #[macro_use]
 mod gpu_harness;
+#[path = "support/thread_world.rs"]
+mod thread_world;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -45,6 +48,10 @@ fn main() -> ExitCode {
         (
             "ranks_all_reduce_of_device_gradients_matches_the_cpus",
             ranks_all_reduce,
+        ),
+        (
+            "ranks_zero_exchange_of_device_gradients_at_2_thread_ranks_matches_the_cpus",
+            ranks_zero,
         ),
         (
             "ranks_manager_and_async_saver_keep_a_device_store",
@@ -667,6 +674,82 @@ fn ranks_all_reduce(dev: &Device) -> R {
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// ZeRO's exchange at 2 ranks (threads of this process, each with its own
+/// store on `dev`): `reduce_scatter` of gradients that differ by rank,
+/// then, after each rank moved its slice's values by its own amount,
+/// `all_gather`. The gradients and the values, on every rank, have the
+/// bits of the same exchange on the CPU; and every rank holds each rank's
+/// moved slice.
+fn ranks_zero(dev: &Device) -> R {
+    use scopetree::ranks::{CandlePlan, Collective, PlanOptions, Reduce};
+    type Bits = (Vec<Vec<u64>>, Vec<Vec<u64>>);
+    // Chunks of several pieces and partial ones; the default bucket.
+    for opts in [PlanOptions::new().bucket_bytes(4096), PlanOptions::new()] {
+        let mut got: Vec<Vec<Bits>> = Vec::new();
+        for d in [&Device::Cpu, dev] {
+            let ranks = thread_world::run(2, |world| -> Result<Bits, String> {
+                let store = mixed(d)?;
+                let mut plan = CandlePlan::new(world, &store, &opts).why("plan")?;
+                let vars = plan.vars().to_vec();
+                let (cpu, _) = cpu_grads_on(&vars)?;
+                let scale = (world.rank() + 1) as f64;
+                let mut grads = candle_core::backprop::GradStore::default();
+                for v in &vars {
+                    let g = cpu.get(v.as_tensor()).ok_or("a gradient")?;
+                    grads.insert(v.as_tensor(), g.affine(scale, 0.0).why("scale")?);
+                }
+                plan.reduce_scatter(world, &mut grads, Reduce::Mean)
+                    .why("reduce-scatter")?;
+                let g = grad_bits(&grads, &vars)?;
+                for v in &vars {
+                    v.set(&v.as_tensor().affine(1.0, scale).why("move")?)
+                        .why("set")?;
+                }
+                plan.all_gather(world).why("all-gather")?;
+                // Each piece holds its owner's values: the start plus its
+                // owner's rank + 1.
+                let cpu_store = mixed(&Device::Cpu)?;
+                let start = CandlePlan::new(&scopetree::ranks::SingleProcess, &cpu_store, &opts)
+                    .why("plan")?;
+                for r in 0..world.size() {
+                    for p in plan.partition().pieces(r) {
+                        let (v, s) = (&vars[p.var], &start.vars()[p.var]);
+                        let piece = |t: &Tensor| {
+                            t.flatten_all()
+                                .and_then(|t| t.narrow(0, p.start, p.len))
+                                .and_then(|t| t.to_device(&Device::Cpu))
+                        };
+                        let want = piece(s.as_tensor())
+                            .and_then(|t| t.affine(1.0, (r + 1) as f64))
+                            .why("want")?;
+                        let have = piece(v.as_tensor()).why("have")?;
+                        ensure!(
+                            gpu_harness::bits_of(&have)? == gpu_harness::bits_of(&want)?,
+                            "rank {}: rank {r}'s piece of variable {} on {d:?}",
+                            world.rank(),
+                            p.var
+                        );
+                    }
+                }
+                let values = (vars.iter())
+                    .map(|v| gpu_harness::bits_of(v.as_tensor()))
+                    .collect::<Result<_, _>>()?;
+                Ok((g, values))
+            });
+            got.push(ranks.into_iter().collect::<Result<_, _>>()?);
+        }
+        ensure!(
+            got[0] == got[1],
+            "{opts:?}: the device's ZeRO exchange differs from the CPU's"
+        );
+        ensure!(
+            got[1][0].1 == got[1][1].1,
+            "{opts:?}: the ranks' values differ"
+        );
     }
     Ok(())
 }

@@ -1,69 +1,92 @@
-//! The all-reduce of the direct variables held off the host (feature
-//! `candle`): a run of them copied to host staging, summed over the ranks
-//! and copied back a chunk at a time, two chunks in flight, across the
-//! variables of the run. On a CUDA device (feature `cuda`) the staging is
-//! page-locked and the copies are asynchronous on the tensors' stream, so
-//! the copy of chunk `k + 1` to the host (of the same variable or the
-//! next) and the copy of chunk `k - 1`'s sums back to the device run while
-//! chunk `k` is summed. The staging is four chunks (two each way), never a
-//! variable.
+//! The exchanges of variables held off the host (feature `candle`), a
+//! chunk at a time through host staging, two chunks in flight: the
+//! all-reduce of a run of large gradients, and ZeRO's reduce-scatter and
+//! all-gather. A chunk gathers parts of one or more tensors into a send
+//! slot, is exchanged over MPI into a receive slot, and its receive slot's
+//! parts go back to tensors. On a CUDA device (feature `cuda`) the staging
+//! is page-locked and the copies are asynchronous on the tensors' stream,
+//! so the copies of chunk `k + 1` to the host and of chunk `k - 1`'s
+//! results back to the device run while chunk `k` is exchanged. The
+//! staging is four chunks (two each way), never a variable.
 
 use candle_core::Tensor;
+use smallvec::SmallVec;
 
-use super::host::{Staged, candle};
+use super::host::{Staged, candle, with_bytes, write_bytes};
 use crate::ranks::error::Error;
 use crate::ranks::vars::values::SumChunk;
 
-/// The copies of the chunks of a run of variables through two send slots
-/// and two receive slots of staging; `var` is a variable's place in the
-/// run.
-pub(super) trait ChunkCopies {
-    /// Starts the copy of elements `first..first + n` of variable `var`
-    /// into send slot `slot`.
-    fn fetch(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error>;
-    /// Runs `f` on the first `nbytes` of send slot `slot` (once its copy
-    /// has ended) and of receive slot `slot` (once the copy out of it has).
-    fn sum(&mut self, slot: usize, nbytes: usize, f: &mut SumChunk<'_>) -> Result<(), Error>;
-    /// Starts the copy of receive slot `slot`'s first `n` elements over
-    /// elements `first..first + n` of variable `var`'s result.
-    fn put(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error>;
+/// Elements `first..first + n` of tensor `var` (a place in the exchange's
+/// tensors), at byte `at` of a slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Part {
+    pub(super) var: usize,
+    pub(super) first: usize,
+    pub(super) n: usize,
+    pub(super) at: usize,
 }
 
-/// Reduces a run of variables of `lens` elements of `size` bytes each,
-/// `per` elements a call of `f`, variable after variable (the calls of
-/// each variable sent from its own buffer in pieces of `per`, so that every
-/// rank makes the same calls whether it stages a variable or not): chunk
-/// `k + 1` (of the same variable or the next) is fetched before chunk `k`
-/// is summed, and chunk `k`'s sums are put before chunk `k + 1` is summed.
-/// O(elements) copies; one call of `f` per chunk.
+/// One chunk of an exchange: the parts copied into the first `send_len`
+/// bytes of a send slot (the bytes no part covers, and the parts of a
+/// tensor that is absent, are zeros), and those copied out of the first
+/// `recv_len` bytes of a receive slot (into the tensors that are present).
+/// `root` is the exchange's own (the rank a reduce-scatter's chunk goes
+/// to).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Chunk {
+    pub(super) send: SmallVec<[Part; 2]>,
+    pub(super) send_len: usize,
+    pub(super) recv: SmallVec<[Part; 2]>,
+    pub(super) recv_len: usize,
+    pub(super) root: usize,
+}
+
+/// What is done with a chunk between its copies: it reads the send slot's
+/// first `send_len` bytes and writes the receive slot's first `recv_len`.
+pub(super) type Exchange<'a> = dyn FnMut(&Chunk, &[u8], &mut [u8]) -> Result<(), Error> + 'a;
+
+/// The tensors of an exchange: each one's key, the tensor its parts are
+/// read from (`None`: zeros) and the one they are written into (`None`:
+/// dropped); both contiguous.
+pub(super) type Ends<'a> = [(&'a str, Option<&'a Tensor>, Option<&'a Tensor>)];
+
+/// The copies of chunks through two send slots and two receive slots of
+/// staging.
+pub(super) trait ChunkCopies {
+    /// Starts the copies of `chunk`'s send parts into send slot `slot`.
+    fn fetch(&mut self, slot: usize, chunk: &Chunk) -> Result<(), Error>;
+    /// Runs `f` on send slot `slot` (once the copies into it have ended)
+    /// and receive slot `slot` (once the copies out of it have).
+    fn exchange(&mut self, slot: usize, chunk: &Chunk, f: &mut Exchange<'_>) -> Result<(), Error>;
+    /// Starts the copies of `chunk`'s receive parts out of receive slot
+    /// `slot`.
+    fn put(&mut self, slot: usize, chunk: &Chunk) -> Result<(), Error>;
+}
+
+/// Exchanges `chunks` in order, two in flight: chunk `k + 1` is fetched
+/// before chunk `k` is exchanged, and chunk `k`'s results are put before
+/// chunk `k + 1` is exchanged; the slots alternate. O(chunks) calls.
 ///
 /// # Errors
-/// The first failed copy or sum, after which no more chunks are reduced.
-pub(super) fn reduce_chunks(
+/// The first failed copy or exchange, after which no more chunks are
+/// exchanged.
+pub(super) fn pipeline(
     io: &mut dyn ChunkCopies,
-    lens: &[usize],
-    per: usize,
-    size: usize,
-    f: &mut SumChunk<'_>,
+    chunks: &mut dyn Iterator<Item = Chunk>,
+    f: &mut Exchange<'_>,
 ) -> Result<(), Error> {
-    let per = per.max(1);
-    let mut chunks = lens
-        .iter()
-        .enumerate()
-        .flat_map(|(v, &n)| (0..n.div_ceil(per)).map(move |i| (v, i * per, per.min(n - i * per))));
     let Some(mut cur) = chunks.next() else {
         return Ok(());
     };
-    io.fetch(0, cur.0, cur.1, cur.2)?;
+    io.fetch(0, &cur)?;
     let mut k = 0;
     loop {
         let next = chunks.next();
-        if let Some((v, first, n)) = next {
-            io.fetch((k + 1) % 2, v, first, n)?;
+        if let Some(c) = &next {
+            io.fetch((k + 1) % 2, c)?;
         }
-        let (v, first, n) = cur;
-        io.sum(k % 2, n * size, f)?;
-        io.put(k % 2, v, first, n)?;
+        io.exchange(k % 2, &cur, f)?;
+        io.put(k % 2, &cur)?;
         let Some(c) = next else {
             return Ok(());
         };
@@ -72,62 +95,167 @@ pub(super) fn reduce_chunks(
     }
 }
 
-/// Chunks staged through plain host memory, with synchronous copies
-/// ([`Staged`]): a device without page-locked staging, and the unit tests'
-/// way to drive [`reduce_chunks`] on the CPU.
-pub(super) struct HostChunks<'a> {
-    /// Each variable's key, source (contiguous) and result (contiguous, of
-    /// the source's dtype and length).
-    vars: Vec<(&'a str, &'a Tensor, &'a Tensor)>,
+/// The chunks of an all-reduce of tensors of `lens` elements of `size`
+/// bytes each, `per` elements a chunk, tensor after tensor (each sent in
+/// pieces of `per` from its own start, so that every rank makes the same
+/// calls whether it stages a tensor or not): each part read from and
+/// written to the same place of the same tensor.
+pub(super) fn reduce_chunks(
+    lens: &[usize],
+    per: usize,
     size: usize,
+) -> impl Iterator<Item = Chunk> + '_ {
+    let per = per.max(1);
+    lens.iter().enumerate().flat_map(move |(var, &len)| {
+        (0..len.div_ceil(per)).map(move |i| {
+            let (first, n) = (i * per, per.min(len - i * per));
+            let part = Part {
+                var,
+                first,
+                n,
+                at: 0,
+            };
+            Chunk {
+                send: SmallVec::from_elem(part, 1),
+                send_len: n * size,
+                recv: SmallVec::from_elem(part, 1),
+                recv_len: n * size,
+                root: 0,
+            }
+        })
+    })
+}
+
+/// The bytes of `chunk`'s send parts that a tensor covers (the rest of
+/// its `send_len` are zeros). O(parts).
+fn covered(ends: &Ends<'_>, chunk: &Chunk) -> usize {
+    (chunk.send.iter())
+        .filter_map(|p| ends[p.var].1.map(|t| p.n * t.dtype().size_in_bytes()))
+        .sum()
+}
+
+/// The first tensor of `ends`, if there is one. O(tensors).
+fn first_tensor<'a>(ends: &Ends<'a>) -> Option<&'a Tensor> {
+    ends.iter().find_map(|&(_, s, r)| s.or(r))
+}
+
+/// Exchanges `chunks` of the tensors `ends` ([`pipeline`]) through
+/// staging of at most `send_cap` bytes a send slot and `recv_cap` a
+/// receive slot: the plan's page-locked `staging` when every tensor is on
+/// one CUDA device, plain host memory otherwise. O(bytes) copies; host
+/// memory: two slots each way.
+///
+/// # Errors
+/// [`Error::Candle`] naming the tensor of a failed copy;
+/// [`Error::BadBuffers`] when the staging cannot be page-locked; `f`'s.
+pub(super) fn exchange_staged(
+    ends: &Ends<'_>,
+    staging: &mut ChunkStaging,
+    (send_cap, recv_cap): (usize, usize),
+    chunks: &mut dyn Iterator<Item = Chunk>,
+    f: &mut Exchange<'_>,
+) -> Result<(), Error> {
+    let Some(first) = first_tensor(ends) else {
+        return pipeline(&mut HostChunks::new(ends, send_cap, recv_cap), chunks, f);
+    };
+    #[cfg(feature = "cuda")]
+    if let candle_core::Device::Cuda(device) = first.device() {
+        let one = ends.iter().flat_map(|&(_, s, r)| [s, r]).flatten();
+        if one.clone().all(|t| t.device().same_device(first.device())) {
+            let ctx = device.cuda_stream().context().clone();
+            let bufs = staging.buffers(&ctx, send_cap, recv_cap)?;
+            return pipeline(&mut cuda::DeviceChunks { ends, bufs }, chunks, f);
+        }
+    }
+    let _ = (first, staging); // page-locked memory is for one CUDA device
+    pipeline(&mut HostChunks::new(ends, send_cap, recv_cap), chunks, f)
+}
+
+/// Chunks staged through plain host memory, with synchronous copies
+/// ([`Staged`]): tensors off one CUDA device (on the CPU, or without the
+/// `cuda` feature).
+pub(super) struct HostChunks<'a, 'v> {
+    ends: &'a Ends<'v>,
     /// `u64`s so that the bytes are aligned for any float.
     send: [Vec<u64>; 2],
     recv: [Vec<u64>; 2],
 }
 
-impl<'a> HostChunks<'a> {
-    /// Staging of `per` elements of `size` bytes each way, for reducing
-    /// `vars`. O(per).
-    pub(super) fn new(
-        vars: Vec<(&'a str, &'a Tensor, &'a Tensor)>,
-        size: usize,
-        per: usize,
-    ) -> Self {
-        let words = (per * size).div_ceil(8);
-        let buf = || vec![0_u64; words];
+impl<'a, 'v> HostChunks<'a, 'v> {
+    /// Staging of `send_cap` bytes a send slot and `recv_cap` a receive
+    /// slot, for the tensors `ends`. O(caps).
+    pub(super) fn new(ends: &'a Ends<'v>, send_cap: usize, recv_cap: usize) -> Self {
+        let buf = |n: usize| vec![0_u64; n.div_ceil(8)];
         Self {
-            vars,
-            size,
-            send: [buf(), buf()],
-            recv: [buf(), buf()],
+            ends,
+            send: [buf(send_cap), buf(send_cap)],
+            recv: [buf(recv_cap), buf(recv_cap)],
         }
     }
 }
 
-impl ChunkCopies for HostChunks<'_> {
-    fn fetch(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error> {
-        let (key, src, _) = self.vars[var];
+impl ChunkCopies for HostChunks<'_, '_> {
+    fn fetch(&mut self, slot: usize, chunk: &Chunk) -> Result<(), Error> {
         let into: &mut [u8] = bytemuck::cast_slice_mut(&mut self.send[slot]);
-        Staged::read(src, first * self.size, &mut into[..n * self.size]).map_err(|e| candle(key, e))
+        let into = &mut into[..chunk.send_len];
+        if covered(self.ends, chunk) < chunk.send_len {
+            into.fill(0);
+        }
+        for p in &chunk.send {
+            let (key, Some(t), _) = self.ends[p.var] else {
+                continue;
+            };
+            let size = t.dtype().size_in_bytes();
+            let (at, to) = (p.first * size, &mut into[p.at..p.at + p.n * size]);
+            let read = if t.device().is_cpu() {
+                with_bytes(t, |b| match b.get(at..at + to.len()) {
+                    Some(b) => {
+                        to.copy_from_slice(b);
+                        Ok(())
+                    }
+                    None => Err(candle_core::Error::Msg(format!(
+                        "a read of bytes [{at}, {}) of a tensor of {}",
+                        at + to.len(),
+                        b.len()
+                    ))),
+                })
+                .and_then(|r| r)
+            } else {
+                Staged::read(t, at, to)
+            };
+            read.map_err(|e| candle(key, e))?;
+        }
+        Ok(())
     }
 
-    fn sum(&mut self, slot: usize, nbytes: usize, f: &mut SumChunk<'_>) -> Result<(), Error> {
+    fn exchange(&mut self, slot: usize, chunk: &Chunk, f: &mut Exchange<'_>) -> Result<(), Error> {
         let send: &[u8] = bytemuck::cast_slice(&self.send[slot]);
         let recv: &mut [u8] = bytemuck::cast_slice_mut(&mut self.recv[slot]);
-        f(&send[..nbytes], &mut recv[..nbytes])
+        f(chunk, &send[..chunk.send_len], &mut recv[..chunk.recv_len])
     }
 
-    fn put(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error> {
-        let (key, _, result) = self.vars[var];
+    fn put(&mut self, slot: usize, chunk: &Chunk) -> Result<(), Error> {
         let from: &[u8] = bytemuck::cast_slice(&self.recv[slot]);
-        Staged::write(result, first * self.size, &from[..n * self.size]).map_err(|e| candle(key, e))
+        for p in &chunk.recv {
+            let (key, _, result) = self.ends[p.var];
+            if let Some(t) = result {
+                let size = t.dtype().size_in_bytes();
+                let (at, bytes) = (p.first * size, &from[p.at..p.at + p.n * size]);
+                let written = if t.device().is_cpu() {
+                    write_bytes(t, at, bytes)
+                } else {
+                    Staged::write(t, at, bytes)
+                };
+                written.map_err(|e| candle(key, e))?;
+            }
+        }
+        Ok(())
     }
 }
 
 /// Reduces a run of variables (key, source, result: contiguous tensors of
-/// one device and dtype, each result of its source's length) through
-/// staging, `per` elements a call of `f` ([`reduce_chunks`]): the plan's
-/// page-locked `staging` on a CUDA device, plain host memory on any other.
+/// one dtype, each result of its source's length) through staging, `per`
+/// elements a call of `f` ([`reduce_chunks`], [`exchange_staged`]).
 /// O(elements) copies; host memory: four chunks.
 ///
 /// # Errors
@@ -146,21 +274,18 @@ pub(super) fn reduce_run(
     let lens: Vec<usize> = vars.iter().map(|(_, t, _)| t.elem_count()).collect();
     // No chunk is longer than the longest variable: the staging need not be.
     let per = per.clamp(1, lens.iter().copied().max().unwrap_or(1).max(1));
-    #[cfg(feature = "cuda")]
-    if let candle_core::Device::Cuda(device) = first.device() {
-        let ctx = device.cuda_stream().context().clone();
-        let bufs = staging.buffers(&ctx, per * size)?;
-        let mut io = cuda::DeviceChunks { vars, size, bufs };
-        return reduce_chunks(&mut io, &lens, per, size, f);
-    }
-    let _ = staging; // page-locked memory is for CUDA devices only
-    let mut io = HostChunks::new(vars.to_vec(), size, per);
-    reduce_chunks(&mut io, &lens, per, size, f)
+    let ends: Vec<_> = (vars.iter())
+        .map(|&(k, s, r)| (k, Some(s), Some(r)))
+        .collect();
+    let caps = (per * size, per * size);
+    let mut chunks = reduce_chunks(&lens, per, size);
+    exchange_staged(&ends, staging, caps, &mut chunks, &mut |_, s, r| f(s, r))
 }
 
-/// The page-locked staging of a plan's chunked reduces, kept from call to
-/// call: four buffers of one chunk in one device's context (empty until a
-/// CUDA variable is reduced, and without the `cuda` feature).
+/// The page-locked staging of a plan's chunked exchanges, kept from call
+/// to call: two send slots and two receive slots in one device's context
+/// (empty until a CUDA tensor is exchanged, and without the `cuda`
+/// feature).
 #[derive(Default)]
 pub(in crate::ranks) struct ChunkStaging {
     #[cfg(feature = "cuda")]
@@ -179,33 +304,41 @@ mod cuda {
     use std::sync::Arc;
 
     use candle_core::cuda_backend::cudarc::driver::CudaContext;
-    use candle_core::{CudaStorage, InplaceOp1, Layout, Storage, Tensor};
+    use candle_core::{CudaStorage, InplaceOp1, Layout, Storage};
 
-    use super::{ChunkCopies, ChunkStaging};
+    use super::{Chunk, ChunkCopies, ChunkStaging, Ends, Exchange};
     use crate::candle::cuda::{Pinned, read_range, write_range};
     use crate::ranks::candle::host::candle;
     use crate::ranks::error::Error;
-    use crate::ranks::vars::values::SumChunk;
 
     impl ChunkStaging {
-        /// Four buffers of at least `len` bytes in `ctx`'s device: the
-        /// kept ones, else new ones (page-locked once per plan, and again
-        /// only for a larger chunk or another device).
+        /// Two send slots of at least `send` bytes and two receive slots
+        /// of at least `recv` in `ctx`'s device: the kept ones, else new
+        /// ones (page-locked once per plan, and again only for larger
+        /// chunks or another device).
         pub(super) fn buffers(
             &mut self,
             ctx: &Arc<CudaContext>,
-            len: usize,
+            send: usize,
+            recv: usize,
         ) -> Result<&mut [Pinned], Error> {
             let ordinal = ctx.ordinal();
-            let fits = |(o, b): &(usize, Vec<Pinned>)| *o == ordinal && b[0].len() >= len;
+            let fits = |(o, b): &(usize, Vec<Pinned>)| {
+                *o == ordinal && b[0].len() >= send && b[2].len() >= recv
+            };
             if !self.kept.as_ref().is_some_and(fits) {
-                self.kept = None; // the old ones go first
-                let bufs = (0..4)
-                    .map(|_| Pinned::new(ctx, len))
+                // The old ones go first; a new one is at least as large.
+                let old = self.kept.take().map(|(_, b)| (b[0].len(), b[2].len()));
+                let (send, recv) = old.map_or((send, recv), |(s, r)| (s.max(send), r.max(recv)));
+                let bufs = [send, send, recv, recv]
+                    .into_iter()
+                    .map(|len| Pinned::new(ctx, len))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| Error::BadBuffers {
-                        op: "all-reduce",
-                        reason: format!("page-locking 4 × {len} bytes of staging: {e}"),
+                        op: "staged exchange",
+                        reason: format!(
+                            "page-locking 2 × {send} + 2 × {recv} bytes of staging: {e}"
+                        ),
                     })?;
                 self.kept = Some((ordinal, bufs));
             }
@@ -213,11 +346,10 @@ mod cuda {
         }
     }
 
-    /// The chunks of a run of variables between their CUDA storage and the
+    /// The chunks of an exchange between the tensors' CUDA storage and the
     /// staging: `bufs` are send slots 0 and 1, then receive slots 0 and 1.
     pub(super) struct DeviceChunks<'a, 'v> {
-        pub(super) vars: &'a [(&'v str, &'v Tensor, &'v Tensor)],
-        pub(super) size: usize,
+        pub(super) ends: &'a Ends<'v>,
         pub(super) bufs: &'a mut [Pinned],
     }
 
@@ -225,58 +357,89 @@ mod cuda {
         candle(key, candle_core::Error::Msg(format!("{what}: {e}")))
     }
 
+    /// The key of a chunk's first part, for errors of the whole chunk.
+    fn key_of<'v>(ends: &Ends<'v>, chunk: &Chunk) -> &'v str {
+        let first = chunk.send.first().or(chunk.recv.first());
+        first.map_or("", |p| ends[p.var].0)
+    }
+
     impl ChunkCopies for DeviceChunks<'_, '_> {
-        fn fetch(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error> {
-            let (key, src, _) = self.vars[var];
-            let (storage, layout) = src.storage_and_layout();
-            let Storage::Cuda(s) = &*storage else {
-                return Err(driver(key, "staging a gradient", "not on a CUDA device"));
-            };
-            let (start, _) = layout
-                .contiguous_offsets()
-                .ok_or_else(|| driver(key, "staging a gradient", "strided"))?;
+        fn fetch(&mut self, slot: usize, chunk: &Chunk) -> Result<(), Error> {
+            let key = key_of(self.ends, chunk);
             let buf = &mut self.bufs[slot];
-            read_range(s, start + first, n, buf, 0).map_err(|e| candle(key, e))?;
+            if super::covered(self.ends, chunk) < chunk.send_len {
+                // Zeros under the copies: the slot's last copies ended
+                // when its last chunk was exchanged, so this waits for
+                // nothing.
+                (buf.bytes_mut()
+                    .map_err(|e| driver(key, "zeroing staging", e))?)[..chunk.send_len]
+                    .fill(0);
+            }
+            for p in &chunk.send {
+                let (key, Some(src), _) = self.ends[p.var] else {
+                    continue;
+                };
+                let (storage, layout) = src.storage_and_layout();
+                let Storage::Cuda(s) = &*storage else {
+                    return Err(driver(key, "staging a tensor", "not on a CUDA device"));
+                };
+                let (start, _) = layout
+                    .contiguous_offsets()
+                    .ok_or_else(|| driver(key, "staging a tensor", "strided"))?;
+                read_range(s, start + p.first, p.n, buf, p.at).map_err(|e| candle(key, e))?;
+            }
             buf.flush()
                 .map_err(|e| driver(key, "queueing a copy from the device", e))
         }
 
-        fn sum(&mut self, slot: usize, nbytes: usize, f: &mut SumChunk<'_>) -> Result<(), Error> {
+        fn exchange(
+            &mut self,
+            slot: usize,
+            chunk: &Chunk,
+            f: &mut Exchange<'_>,
+        ) -> Result<(), Error> {
+            let key = key_of(self.ends, chunk);
             let (send, recv) = self.bufs.split_at_mut(2);
-            let key = self.vars.first().map_or("", |v| v.0);
             let send = (send[slot].bytes())
                 .map_err(|e| driver(key, "waiting for a copy from the device", e))?;
             let recv = (recv[slot].bytes_mut())
                 .map_err(|e| driver(key, "waiting for a copy to the device", e))?;
-            f(&send[..nbytes], &mut recv[..nbytes])
+            f(chunk, &send[..chunk.send_len], &mut recv[..chunk.recv_len])
         }
 
-        fn put(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error> {
-            let (key, _, result) = self.vars[var];
-            let op = PutChunk {
-                buf: RefCell::new(&mut self.bufs[2 + slot]),
-                first,
-                nbytes: n * self.size,
-            };
-            result.inplace_op1(&op).map_err(|e| candle(key, e))?;
-            self.bufs[2 + slot]
-                .flush()
+        fn put(&mut self, slot: usize, chunk: &Chunk) -> Result<(), Error> {
+            let key = key_of(self.ends, chunk);
+            let buf = &mut self.bufs[2 + slot];
+            for p in &chunk.recv {
+                let (key, _, Some(result)) = self.ends[p.var] else {
+                    continue;
+                };
+                let op = PutChunk {
+                    buf: RefCell::new(&mut *buf),
+                    first: p.first,
+                    from: p.at,
+                    nbytes: p.n * result.dtype().size_in_bytes(),
+                };
+                result.inplace_op1(&op).map_err(|e| candle(key, e))?;
+            }
+            buf.flush()
                 .map_err(|e| driver(key, "queueing a copy to the device", e))
         }
     }
 
-    /// The copy of a receive slot into the result's storage, through
+    /// The copy of part of a receive slot into a tensor's storage, through
     /// candle's `InplaceOp1` (the only way to reach a tensor's memory for
     /// writing).
     struct PutChunk<'a> {
         buf: RefCell<&'a mut Pinned>,
         first: usize,
+        from: usize,
         nbytes: usize,
     }
 
     impl InplaceOp1 for PutChunk<'_> {
         fn name(&self) -> &'static str {
-            "scopetree-reduced-chunk"
+            "scopetree-staged-chunk"
         }
 
         fn cpu_fwd(&self, _: &mut candle_core::CpuStorage, _: &Layout) -> candle_core::Result<()> {
@@ -287,10 +450,16 @@ mod cuda {
 
         fn cuda_fwd(&self, storage: &mut CudaStorage, layout: &Layout) -> candle_core::Result<()> {
             let (start, _) = layout.contiguous_offsets().ok_or_else(|| {
-                candle_core::Error::Msg("a reduced chunk put into a strided tensor".into())
+                candle_core::Error::Msg("a staged chunk put into a strided tensor".into())
             })?;
             let mut buf = self.buf.borrow_mut();
-            write_range(storage, start + self.first, &mut buf, 0, self.nbytes)
+            write_range(
+                storage,
+                start + self.first,
+                &mut buf,
+                self.from,
+                self.nbytes,
+            )
         }
     }
 }
@@ -299,27 +468,37 @@ mod cuda {
 mod tests {
     use super::*;
 
-    /// Records the calls of a reduce, in order.
+    /// Records the calls of an exchange, in order: (call, slot, the
+    /// chunk's first send part, or its first receive part for a put).
     #[derive(Default)]
-    struct Calls(Vec<(char, usize, usize, usize, usize)>);
+    struct Calls(Vec<(char, usize, Option<Part>)>);
 
     impl ChunkCopies for Calls {
-        fn fetch(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error> {
-            self.0.push(('f', slot, var, first, n));
+        fn fetch(&mut self, slot: usize, chunk: &Chunk) -> Result<(), Error> {
+            self.0.push(('f', slot, chunk.send.first().copied()));
             Ok(())
         }
-        fn sum(&mut self, slot: usize, nbytes: usize, f: &mut SumChunk<'_>) -> Result<(), Error> {
-            self.0.push(('s', slot, 0, 0, nbytes));
-            f(&vec![0; nbytes], &mut vec![0; nbytes])
+        fn exchange(
+            &mut self,
+            slot: usize,
+            chunk: &Chunk,
+            f: &mut Exchange<'_>,
+        ) -> Result<(), Error> {
+            self.0.push(('x', slot, chunk.send.first().copied()));
+            f(
+                chunk,
+                &vec![0; chunk.send_len],
+                &mut vec![0; chunk.recv_len],
+            )
         }
-        fn put(&mut self, slot: usize, var: usize, first: usize, n: usize) -> Result<(), Error> {
-            self.0.push(('p', slot, var, first, n));
+        fn put(&mut self, slot: usize, chunk: &Chunk) -> Result<(), Error> {
+            self.0.push(('p', slot, chunk.recv.first().copied()));
             Ok(())
         }
     }
 
     #[test]
-    fn chunks_make_the_calls_of_variables_sent_whole_and_keep_two_in_flight() {
+    fn an_all_reduce_makes_the_calls_of_variables_sent_whole_and_keeps_two_in_flight() {
         for lens in [
             vec![1],
             vec![5],
@@ -331,7 +510,8 @@ mod tests {
                 let size = 4;
                 let mut calls = Calls::default();
                 let mut sums = Vec::new();
-                reduce_chunks(&mut calls, &lens, per, size, &mut |s, r| {
+                let mut chunks = reduce_chunks(&lens, per, size);
+                pipeline(&mut calls, &mut chunks, &mut |_, s, r| {
                     assert_eq!(s.len(), r.len());
                     sums.push(s.len());
                     Ok(())
@@ -339,28 +519,30 @@ mod tests {
                 .expect("a reduce");
                 // The calls of `chunks(per)` over each variable in turn:
                 // every rank makes the same, staged or not.
-                let chunks: Vec<(usize, usize, usize)> = (lens.iter().enumerate())
-                    .flat_map(|(v, &n)| {
+                let parts: Vec<Part> = (lens.iter().enumerate())
+                    .flat_map(|(var, &n)| {
                         let whole = vec![0_u8; n];
                         let sizes: Vec<usize> = whole.chunks(per).map(<[u8]>::len).collect();
-                        sizes
-                            .into_iter()
-                            .enumerate()
-                            .map(move |(i, len)| (v, i * per, len))
+                        sizes.into_iter().enumerate().map(move |(i, n)| Part {
+                            var,
+                            first: i * per,
+                            n,
+                            at: 0,
+                        })
                     })
                     .collect();
-                let whole: Vec<usize> = chunks.iter().map(|c| c.2 * size).collect();
+                let whole: Vec<usize> = parts.iter().map(|p| p.n * size).collect();
                 assert_eq!(sums, whole, "lens {lens:?} per {per}");
                 // Chunk k + 1 (of this variable or the next) is fetched
-                // before chunk k is summed; chunk k is put before chunk
-                // k + 1 is summed; the slots alternate across variables.
-                let mut want = vec![('f', 0, 0, 0, chunks[0].2)];
-                for (k, &(v, first, n)) in chunks.iter().enumerate() {
-                    if let Some(&(nv, nfirst, nn)) = chunks.get(k + 1) {
-                        want.push(('f', (k + 1) % 2, nv, nfirst, nn));
+                // before chunk k is exchanged; chunk k is put before chunk
+                // k + 1 is exchanged; the slots alternate across variables.
+                let mut want = vec![('f', 0, Some(parts[0]))];
+                for (k, &p) in parts.iter().enumerate() {
+                    if let Some(&next) = parts.get(k + 1) {
+                        want.push(('f', (k + 1) % 2, Some(next)));
                     }
-                    want.push(('s', k % 2, 0, 0, n * size));
-                    want.push(('p', k % 2, v, first, n));
+                    want.push(('x', k % 2, Some(p)));
+                    want.push(('p', k % 2, Some(p)));
                 }
                 assert_eq!(calls.0, want, "lens {lens:?} per {per}");
             }
@@ -368,28 +550,82 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_sum_stops_the_chunks() {
+    fn a_failed_exchange_stops_the_chunks() {
         let mut calls = Calls::default();
         let mut k = 0;
-        let e = reduce_chunks(&mut calls, &[4, 6], 2, 4, &mut |_, _| {
-            k += 1;
-            if k == 3 {
-                return Err(Error::BadBuffers {
-                    op: "all-reduce",
-                    reason: "a test".into(),
-                });
-            }
-            Ok(())
-        });
+        let e = pipeline(
+            &mut calls,
+            &mut reduce_chunks(&[4, 6], 2, 4),
+            &mut |_, _, _| {
+                k += 1;
+                if k == 3 {
+                    return Err(Error::BadBuffers {
+                        op: "all-reduce",
+                        reason: "a test".into(),
+                    });
+                }
+                Ok(())
+            },
+        );
         assert!(matches!(e, Err(Error::BadBuffers { .. })), "{e:?}");
-        assert_eq!(calls.0.iter().filter(|c| c.0 == 's').count(), 3);
+        assert_eq!(calls.0.iter().filter(|c| c.0 == 'x').count(), 3);
         assert_eq!(calls.0.iter().filter(|c| c.0 == 'p').count(), 2);
     }
 
     #[test]
-    fn no_variables_make_no_calls() {
+    fn no_chunks_make_no_calls() {
         let mut calls = Calls::default();
-        reduce_chunks(&mut calls, &[], 3, 4, &mut |_, _| panic!("no sum")).expect("nothing");
+        let mut none = reduce_chunks(&[], 3, 4);
+        pipeline(&mut calls, &mut none, &mut |_, _, _| panic!("no exchange")).expect("nothing");
         assert!(calls.0.is_empty());
+    }
+
+    #[test]
+    fn host_chunks_gather_parts_zero_the_gaps_and_scatter_the_results() {
+        use candle_core::Device;
+        let a = Tensor::arange(1_f32, 7., &Device::Cpu).expect("a");
+        let b = Tensor::arange(10_f64, 13., &Device::Cpu).expect("b");
+        let (ra, rb) = (a.zeros_like().expect("ra"), b.zeros_like().expect("rb"));
+        let ends = [
+            ("a", Some(&a), Some(&ra)),
+            ("b", Some(&b), Some(&rb)),
+            ("none", None, None),
+        ];
+        // a[2..5] at byte 0, a gap, b[1..3] at byte 16, "none"'s zeros at
+        // 32; back: the first two f32s into ra[0..2], the two f64s into
+        // rb[0..2].
+        let part = |var, first, n, at| Part { var, first, n, at };
+        let chunk = Chunk {
+            send: [part(0, 2, 3, 0), part(1, 1, 2, 16), part(2, 0, 2, 32)]
+                .into_iter()
+                .collect(),
+            send_len: 48,
+            recv: [part(0, 0, 2, 0), part(1, 0, 2, 16)].into_iter().collect(),
+            recv_len: 32,
+            root: 7,
+        };
+        let mut io = HostChunks::new(&ends, 48, 32);
+        io.send[0].fill(u64::MAX); // no stale bytes survive a fetch
+        let mut sent = Vec::new();
+        let mut chunks = [chunk].into_iter();
+        pipeline(&mut io, &mut chunks, &mut |c, s, r| {
+            assert_eq!(c.root, 7);
+            sent = s.to_vec();
+            r.copy_from_slice(&s[..32]);
+            Ok(())
+        })
+        .expect("an exchange");
+        let f32s: Vec<f32> = sent[..16]
+            .chunks(4)
+            .map(bytemuck::pod_read_unaligned)
+            .collect();
+        let f64s: Vec<f64> = sent[16..]
+            .chunks(8)
+            .map(bytemuck::pod_read_unaligned)
+            .collect();
+        assert_eq!(f32s, [3., 4., 5., 0.]);
+        assert_eq!(f64s, [11., 12., 0., 0.]);
+        assert_eq!(ra.to_vec1::<f32>().expect("ra"), [3., 4., 0., 0., 0., 0.]);
+        assert_eq!(rb.to_vec1::<f64>().expect("rb"), [11., 12., 0.]);
     }
 }

@@ -1,9 +1,9 @@
 //! Host copies of candle tensors for the ranks layer: the native bytes of a
-//! CPU tensor read in place, a device tensor's pieces read and written
-//! through host memory ([`Staged`]), and the candle error naming a
+//! CPU tensor read and written in place, a device tensor's pieces read and
+//! written through host memory ([`Staged`]), and the candle error naming a
 //! variable.
 
-use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
+use candle_core::{CpuStorage, DType, Device, InplaceOp1, Layout, Storage, Tensor};
 
 use crate::ranks::error::Error;
 
@@ -78,5 +78,49 @@ pub(super) fn with_bytes<R>(t: &Tensor, f: impl FnOnce(&[u8]) -> R) -> candle_co
             t.dtype(),
             t.device().location()
         ))),
+    }
+}
+
+/// Copies `from` over the bytes `at..at + from.len()` of the contiguous
+/// CPU tensor `t` of `F32` or `F64`, in its storage (no allocation).
+/// O(bytes).
+pub(super) fn write_bytes(t: &Tensor, at: usize, from: &[u8]) -> candle_core::Result<()> {
+    t.inplace_op1(&WriteBytes { at, from })
+}
+
+/// The in-place op of [`write_bytes`].
+struct WriteBytes<'a> {
+    at: usize,
+    from: &'a [u8],
+}
+
+impl InplaceOp1 for WriteBytes<'_> {
+    fn name(&self) -> &'static str {
+        "scopetree-write-bytes"
+    }
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
+        let (start, end) = layout
+            .contiguous_offsets()
+            .ok_or_else(|| candle_core::Error::Msg("a write into a strided tensor".into()))?;
+        let bytes: &mut [u8] = match storage {
+            CpuStorage::F32(v) => bytemuck::cast_slice_mut(&mut v[start..end]),
+            CpuStorage::F64(v) => bytemuck::cast_slice_mut(&mut v[start..end]),
+            _ => {
+                return Err(candle_core::Error::Msg(
+                    "a write into a tensor of neither F32 nor F64".into(),
+                ));
+            }
+        };
+        let len = bytes.len();
+        let to = (bytes.get_mut(self.at..self.at + self.from.len())).ok_or_else(|| {
+            candle_core::Error::Msg(format!(
+                "a write of bytes [{}, {}) into a tensor of {len}",
+                self.at,
+                self.at + self.from.len()
+            ))
+        })?;
+        to.copy_from_slice(self.from);
+        Ok(())
     }
 }

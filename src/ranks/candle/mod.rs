@@ -6,8 +6,8 @@
 //!
 //! | file | role |
 //! |---|---|
-//! | `chunks.rs` | the all-reduce of a large gradient off the host, a chunk at a time through staging (page-locked on CUDA), two chunks in flight |
-//! | `host.rs` | host copies of candle tensors: a CPU tensor's bytes in place, a device tensor's pieces through host memory, the error naming a variable |
+//! | `chunks.rs` | exchanges of tensors off the host a chunk at a time through staging (page-locked on CUDA), two chunks in flight: the all-reduce of large gradients, ZeRO's reduce-scatter and all-gather |
+//! | `host.rs` | host copies of candle tensors: a CPU tensor's bytes read and written in place, a device tensor's pieces through host memory, the error naming a variable |
 //! | `in_tensors.rs` | tensors as the values of a bucketed broadcast, written in place on their devices |
 //! | `in_place.rs` | the in-place swap of `CandlePlan::all_reduce_in_place` |
 //! | `plan.rs` | [`CandlePlan`](crate::ranks::CandlePlan): agreement, broadcast, all-reduce, consistency, checkpoints on one rank |

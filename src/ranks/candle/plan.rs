@@ -115,7 +115,7 @@ pub struct CandlePlan {
     pub(in crate::ranks) partition: Partition,
     /// The staging of the direct variables' chunks on a device, kept from
     /// call to call.
-    chunk_staging: ChunkStaging,
+    pub(in crate::ranks) chunk_staging: ChunkStaging,
 }
 
 impl std::fmt::Debug for CandlePlan {

@@ -1,18 +1,22 @@
 //! ZeRO stage 1 for a [`CandlePlan`]: its [`partition`](CandlePlan::partition),
 //! the [`reduce_scatter`](CandlePlan::reduce_scatter) of the gradients in a
 //! candle `GradStore` and the [`all_gather`](CandlePlan::all_gather) of the
-//! parameters, on any device, through host buffers of at most a bucket.
+//! parameters, on any device, a bucket's chunk at a time through host
+//! staging (`chunks.rs`).
 
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Tensor, WithDType};
 
+use smallvec::SmallVec;
+
+use super::chunks::{Chunk, ChunkStaging, Part, exchange_staged};
 use super::plan::{CandlePlan, candle};
 use crate::ranks::error::Error;
 use crate::ranks::layout::partition::{Partition, Piece};
 use crate::ranks::plan::agree::{Same, settle, show_count};
 use crate::ranks::plan::options::Reduce;
 use crate::ranks::transport::collective::Collective;
-use crate::ranks::vars::values::Float;
+use crate::ranks::vars::values::{Float, cast, cast_mut};
 
 /// One rank's pieces of one float type, laid end to end.
 struct Laid {
@@ -54,17 +58,22 @@ impl Laid {
     }
 }
 
-/// The elements `start..start + len` of the flattened `t`, copied to the
-/// host (from any device).
-fn read<F: WithDType>(t: &Tensor, start: usize, len: usize) -> candle_core::Result<Vec<F>> {
-    t.flatten_all()?.narrow(0, start, len)?.to_vec1::<F>()
-}
-
-/// Writes `values` into the elements from `start` of the flattened `t`, in
-/// `t`'s own storage (on its device). `t` must be contiguous.
-fn write<F: WithDType>(t: &Tensor, start: usize, values: &[F]) -> candle_core::Result<()> {
-    let src = Tensor::from_slice(values, values.len(), t.device())?;
-    t.flatten_all()?.slice_set(&src, 0, start)
+/// The parts of `pieces`' elements `at..at + n`, laid from byte `base` of
+/// a slot, `size` bytes an element. O(log pieces + parts).
+fn parts(pieces: &Laid, at: usize, n: usize, size: usize, base: usize) -> SmallVec<[Part; 2]> {
+    let mut k = base;
+    (pieces.parts(at, n))
+        .map(|(p, from, len)| {
+            let part = Part {
+                var: p.var,
+                first: p.start + from,
+                n: len,
+                at: k,
+            };
+            k += len * size;
+            part
+        })
+        .collect()
 }
 
 impl CandlePlan {
@@ -98,15 +107,18 @@ impl CandlePlan {
     /// which reads the slice only. A collective call.
     ///
     /// Each rank's slice goes to it by `MPI_Reduce` (`f32` variables, then
-    /// `f64` ones), in calls of at most a bucket; every gradient, on any
-    /// device, is read to the host one piece part at a time and each
-    /// reduced part is written on the device into a fresh copy of this
+    /// `f64` ones), in calls of at most a bucket, each call's chunk
+    /// gathered from the gradients into host staging; on the owner, each
+    /// chunk of sums is written on the device into a fresh copy of this
     /// rank's gradient (zeros where it has none) that replaces it in
     /// `grads`. Missing gradients count as zeros, and a variable no rank
     /// has a gradient of stays without one, as in
-    /// [`all_reduce`](Self::all_reduce). Host memory: two buffers of at
-    /// most a bucket. O(bytes) per rank read, O(slice) written, plus the
-    /// transport and the agreement's all-gather of 16 bytes per rank.
+    /// [`all_reduce`](Self::all_reduce). On one CUDA device (feature
+    /// `cuda`) the staging is the plan's page-locked buffers and the copies
+    /// run beside MPI's calls: chunk `k + 1` is copied off the device
+    /// while chunk `k` is reduced. Host memory: four buffers of at most a
+    /// bucket. O(bytes) per rank read, O(slice) written, plus the transport
+    /// and the agreement's all-gather of 16 bytes per rank.
     ///
     /// # Errors
     /// As [`all_reduce`](Self::all_reduce): on every rank
@@ -160,8 +172,13 @@ impl CandlePlan {
                 };
                 out[p.var] = Some(fresh.map_err(|e| candle(key, e))?);
             }
-            self.scatter_lane::<f32, C>(comm, DType::F32, op, &out)?;
-            self.scatter_lane::<f64, C>(comm, DType::F64, op, &out)?;
+            let mut staging = std::mem::take(&mut self.chunk_staging);
+            let done = (self.scatter_lane::<f32, C>(comm, &mut staging, DType::F32, op, &out))
+                .and_then(|()| {
+                    self.scatter_lane::<f64, C>(comm, &mut staging, DType::F64, op, &out)
+                });
+            self.chunk_staging = staging;
+            done?;
             for (v, t) in self.vars.iter().zip(out) {
                 if let Some(t) = t {
                     grads.insert(v.as_tensor(), t);
@@ -191,57 +208,57 @@ impl CandlePlan {
 
     /// [`reduce_scatter`](Self::reduce_scatter) of the `dtype` variables:
     /// rank by rank, that rank's pieces laid end to end and reduced to it in
-    /// calls of at most a bucket; the owner writes its sums into `out`.
+    /// calls of at most a bucket, each chunk gathered from the gradients
+    /// through `staging` and its sums, on the owner, put into `out`
+    /// ([`exchange_staged`]).
     fn scatter_lane<F: Float + WithDType, C: Collective + ?Sized>(
         &self,
         comm: &C,
+        staging: &mut ChunkStaging,
         dtype: DType,
         op: Reduce,
         out: &[Option<Tensor>],
     ) -> Result<(), Error> {
-        let cap = (self.byte_cap / std::mem::size_of::<F>()).max(1);
-        let ranks = F::of_count(comm.size());
-        let keys = self.manifest.entries();
-        let (mut send, mut recv) = (Vec::<F>::new(), Vec::<F>::new());
-        for r in 0..comm.size() {
-            let pieces = Laid::new(self.lane_pieces(r, dtype, true));
-            let total = pieces.len();
-            let mine = r == comm.rank();
-            let mut at = 0;
-            while at < total {
-                let n = cap.min(total - at);
-                send.clear();
-                for (p, from, len) in pieces.parts(at, n) {
-                    match &self.sources[p.var] {
-                        Some(g) => send.extend(
-                            read::<F>(g, p.start + from, len)
-                                .map_err(|e| candle(&keys[p.var].key, e))?,
-                        ),
-                        None => send.resize(send.len() + len, F::zeroed()),
-                    }
-                }
-                recv.clear();
-                recv.resize(if mine { n } else { 0 }, F::zeroed());
-                F::reduce_to(comm, r, &send, &mut recv)?;
-                if mine {
-                    if op == Reduce::Mean {
-                        for x in &mut recv {
-                            *x /= ranks;
-                        }
-                    }
-                    let mut k = 0;
-                    for (p, from, len) in pieces.parts(at, n) {
-                        if let Some(t) = &out[p.var] {
-                            write(t, p.start + from, &recv[k..k + len])
-                                .map_err(|e| candle(&keys[p.var].key, e))?;
-                        }
-                        k += len;
-                    }
-                }
-                at += n;
-            }
+        let size = std::mem::size_of::<F>();
+        let me = comm.rank();
+        let laid: Vec<Laid> = (0..comm.size())
+            .map(|r| Laid::new(self.lane_pieces(r, dtype, true)))
+            .collect();
+        let longest = laid.iter().map(Laid::len).max().unwrap_or(0);
+        if longest == 0 {
+            return Ok(()); // the same on every rank
         }
-        Ok(())
+        let per = (self.byte_cap / size).clamp(1, longest);
+        let keys = self.manifest.entries();
+        let ends: Vec<_> = (keys.iter().zip(&self.sources).zip(out))
+            .map(|((e, s), o)| (e.key.as_str(), s.as_ref(), o.as_ref()))
+            .collect();
+        let mut chunks = laid.iter().enumerate().flat_map(|(r, pieces)| {
+            (0..pieces.len()).step_by(per).map(move |at| {
+                let n = per.min(pieces.len() - at);
+                let send = parts(pieces, at, n, size, 0);
+                let mine = r == me;
+                Chunk {
+                    recv: if mine { send.clone() } else { SmallVec::new() },
+                    send,
+                    send_len: n * size,
+                    recv_len: if mine { n * size } else { 0 },
+                    root: r,
+                }
+            })
+        });
+        let ranks = F::of_count(comm.size());
+        let caps = (per * size, per * size);
+        exchange_staged(&ends, staging, caps, &mut chunks, &mut |c, send, recv| {
+            let recv = cast_mut::<F>(recv)?;
+            F::reduce_to(comm, c.root, cast::<F>(send)?, recv)?;
+            if op == Reduce::Mean {
+                for x in recv.iter_mut() {
+                    *x /= ranks;
+                }
+            }
+            Ok(())
+        })
     }
 
     /// Copies each rank's slice of the variables ([`partition`](Self::partition))
@@ -251,13 +268,15 @@ impl CandlePlan {
     /// updated parameters, bit for bit. A collective call.
     ///
     /// `f32` variables, then `f64` ones: each rank's pieces laid end to end,
-    /// read to the host and exchanged by `MPI_Allgather` in rounds of at
-    /// most a bucket per rank (each rank's padded to the largest rank's),
-    /// and written in place into the variables' storage on their devices
-    /// (the model sees them, as with `Var::set`). Host memory: `size + 1`
-    /// buffers of at most a bucket. O(bytes) per rank written, O(slice)
-    /// read, plus the transport and the agreement's all-gather of 16 bytes
-    /// per rank.
+    /// gathered into host staging and exchanged by `MPI_Allgather` in
+    /// rounds of at most a bucket per rank (each rank's padded to the
+    /// largest rank's), and written in place into the variables' storage
+    /// on their devices (the model sees them, as with `Var::set`). On one
+    /// CUDA device (feature `cuda`) the staging is the plan's page-locked
+    /// buffers and the copies run beside MPI's calls. Host memory: two
+    /// buffers of at most a bucket and two of `size` buckets. O(bytes) per
+    /// rank written, O(slice) read, plus the transport and the agreement's
+    /// all-gather of 16 bytes per rank.
     ///
     /// # Errors
     /// On every rank [`Error::ArgumentsDiffer`] when the ranks' slices
@@ -281,54 +300,55 @@ impl CandlePlan {
         let block = (0..part.ranks()).map(|r| part.bytes(r)).max().unwrap_or(0);
         let same: Same = ("slice sizes", block as u64, show_count);
         settle(comm, &mut self.gathered, "all-gather", Ok(()), Some(same))?;
-        self.gather_lane::<f32, C>(comm, DType::F32)?;
-        self.gather_lane::<f64, C>(comm, DType::F64)
+        let mut staging = std::mem::take(&mut self.chunk_staging);
+        let done = (self.gather_lane::<f32, C>(comm, &mut staging, DType::F32))
+            .and_then(|()| self.gather_lane::<f64, C>(comm, &mut staging, DType::F64));
+        self.chunk_staging = staging;
+        done
     }
 
-    /// [`all_gather`](Self::all_gather) of the `dtype` variables.
+    /// [`all_gather`](Self::all_gather) of the `dtype` variables: rounds
+    /// of at most a bucket per rank, each gathering this rank's pieces from
+    /// the variables through `staging` and putting the other ranks' into
+    /// them ([`exchange_staged`]).
     fn gather_lane<F: Float + WithDType, C: Collective + ?Sized>(
         &self,
         comm: &C,
+        staging: &mut ChunkStaging,
         dtype: DType,
     ) -> Result<(), Error> {
         let size = std::mem::size_of::<F>();
-        let cap = (self.byte_cap / size).max(1);
         let (me, world) = (comm.rank(), comm.size());
-        let keys = self.manifest.entries();
-        let pieces: Vec<Laid> = (0..world)
+        let laid: Vec<Laid> = (0..world)
             .map(|r| Laid::new(self.lane_pieces(r, dtype, false)))
             .collect();
-        let longest = pieces.iter().map(Laid::len).max().unwrap_or(0);
-        let (mut send, mut recv) = (Vec::<F>::new(), Vec::<u8>::new());
-        let mut at = 0;
-        while at < longest {
-            let n = cap.min(longest - at);
-            send.clear();
-            for (p, from, len) in pieces[me].parts(at, n) {
-                let v = &self.vars[p.var];
-                send.extend(
-                    read::<F>(v.as_tensor(), p.start + from, len)
-                        .map_err(|e| candle(&keys[p.var].key, e))?,
-                );
-            }
-            send.resize(n, F::zeroed());
-            recv.clear();
-            recv.resize(n * size * world, 0);
-            comm.all_gather_bytes(bytemuck::cast_slice(&send), &mut recv)?;
-            for r in (0..world).filter(|&r| r != me) {
-                let block = &recv[r * n * size..(r + 1) * n * size];
-                let mut k = 0;
-                for (p, from, len) in pieces[r].parts(at, n) {
-                    let values: Vec<F> = (block[k * size..(k + len) * size].chunks_exact(size))
-                        .map(bytemuck::pod_read_unaligned)
-                        .collect();
-                    write(self.vars[p.var].as_tensor(), p.start + from, &values)
-                        .map_err(|e| candle(&keys[p.var].key, e))?;
-                    k += len;
-                }
-            }
-            at += n;
+        let longest = laid.iter().map(Laid::len).max().unwrap_or(0);
+        if longest == 0 {
+            return Ok(()); // the same on every rank
         }
-        Ok(())
+        let per = (self.byte_cap / size).clamp(1, longest);
+        let keys = self.manifest.entries();
+        let ends: Vec<_> = (keys.iter().zip(&self.vars))
+            .map(|(e, v)| (e.key.as_str(), Some(v.as_tensor()), Some(v.as_tensor())))
+            .collect();
+        let laid = &laid;
+        let mut chunks = (0..longest).step_by(per).map(|at| {
+            let n = per.min(longest - at);
+            let recv = (0..world)
+                .filter(|&r| r != me)
+                .flat_map(|r| parts(&laid[r], at, n, size, r * n * size))
+                .collect();
+            Chunk {
+                send: parts(&laid[me], at, n, size, 0),
+                send_len: n * size,
+                recv,
+                recv_len: world * n * size,
+                root: 0,
+            }
+        });
+        let caps = (per * size, world * per * size);
+        exchange_staged(&ends, staging, caps, &mut chunks, &mut |_, send, recv| {
+            comm.all_gather_bytes(send, recv)
+        })
     }
 }
