@@ -909,3 +909,65 @@ fn an_async_save_over_its_budget_writes_a_candle_store_in_the_call() -> R {
     assert_eq!(Some(held(&store)?), want, "the values of the call");
     Ok(())
 }
+
+#[test]
+fn broadcast_gives_every_rank_the_roots_values_in_any_bucket() -> R {
+    // f32 and f64 variables of odd lengths: chunks that span variables and
+    // split them, at 2 and 3 ranks, from each root.
+    for n in [2, 3] {
+        for root in 0..n {
+            for bucket in [4, 12, 40, usize::MAX] {
+                let opts = PlanOptions::new().bucket_bytes(bucket);
+                let out = thread_world::run(n, |world| -> Result<_, String> {
+                    let e = |x: &dyn std::fmt::Display| x.to_string();
+                    let store = CandleStore::new();
+                    let r = world.rank() as f64;
+                    let shapes: [(&str, usize, DType); 4] = [
+                        ("a", 3, DType::F32),
+                        ("b", 5, DType::F64),
+                        ("c", 7, DType::F32),
+                        ("d", 1, DType::F64),
+                    ];
+                    for (name, len, dtype) in shapes {
+                        store
+                            .get(len, name, Init::Const(0.0), dtype, &CPU)
+                            .map_err(|x| e(&x))?;
+                    }
+                    for (_, v) in store.named_vars().map_err(|x| e(&x))? {
+                        let len = v.elem_count();
+                        let t = Tensor::arange(0.0, len as f64, &CPU)
+                            .and_then(|t| t.affine(0.25, 100.0 * r + len as f64))
+                            .and_then(|t| t.to_dtype(v.dtype()))
+                            .map_err(|x| e(&x))?;
+                        v.set(&t).map_err(|x| e(&x))?;
+                    }
+                    let mut plan = CandlePlan::new(world, &store, &opts).map_err(|x| e(&x))?;
+                    plan.broadcast(world, root).map_err(|x| e(&x))?;
+                    (plan.vars().iter())
+                        .map(|v| {
+                            (v.as_tensor().to_dtype(DType::F64))
+                                .and_then(|t| t.to_vec1::<f64>())
+                                .map_err(|x| e(&x))
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                });
+                let out: Vec<Vec<Vec<f64>>> = out.into_iter().collect::<Result<_, _>>()?;
+                let want: Vec<Vec<f64>> = [("a", 3), ("b", 5), ("c", 7), ("d", 1)]
+                    .iter()
+                    .map(|&(_, len)| {
+                        (0..len)
+                            .map(|i| 0.25 * i as f64 + 100.0 * root as f64 + len as f64)
+                            .collect()
+                    })
+                    .collect();
+                for (rank, got) in out.iter().enumerate() {
+                    assert_eq!(
+                        got, &want,
+                        "{n} ranks, root {root}, rank {rank}, bucket {bucket}"
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -3,7 +3,8 @@
 //! and atomicity, device mismatches, saves from the device, `AdamW`, and
 //! the ranks layer over a device store (the all-reduce through host
 //! staging, the manager and the async saver at one rank; ZeRO's
-//! reduce-scatter and all-gather at two ranks as threads). Each check compares
+//! reduce-scatter and all-gather, and the broadcast, at two ranks as
+//! threads). Each check compares
 //! with the same work on the CPU, bit for bit.
 //!
 //! A test binary without libtest's harness: without a device every check
@@ -50,7 +51,7 @@ fn main() -> ExitCode {
             ranks_all_reduce,
         ),
         (
-            "ranks_zero_exchange_of_device_gradients_at_2_thread_ranks_matches_the_cpus",
+            "ranks_zero_exchange_and_broadcast_at_2_thread_ranks_match_the_cpus",
             ranks_zero,
         ),
         (
@@ -681,9 +682,10 @@ fn ranks_all_reduce(dev: &Device) -> R {
 /// ZeRO's exchange at 2 ranks (threads of this process, each with its own
 /// store on `dev`): `reduce_scatter` of gradients that differ by rank,
 /// then, after each rank moved its slice's values by its own amount,
-/// `all_gather`. The gradients and the values, on every rank, have the
-/// bits of the same exchange on the CPU; and every rank holds each rank's
-/// moved slice.
+/// `all_gather`; then rank 1's values, moved again, `broadcast` from it.
+/// The gradients and the values, on every rank, have the bits of the same
+/// exchanges on the CPU; every rank holds each rank's moved slice after
+/// the all-gather, and the same values after the broadcast.
 fn ranks_zero(dev: &Device) -> R {
     use scopetree::ranks::{CandlePlan, Collective, PlanOptions, Reduce};
     type Bits = (Vec<Vec<u64>>, Vec<Vec<u64>>);
@@ -735,6 +737,14 @@ fn ranks_zero(dev: &Device) -> R {
                         );
                     }
                 }
+                // Then rank 1's values, moved again, broadcast to both.
+                if world.rank() == 1 {
+                    for v in &vars {
+                        v.set(&v.as_tensor().affine(0.5, 10.0).why("move")?)
+                            .why("set")?;
+                    }
+                }
+                plan.broadcast(world, 1).why("broadcast")?;
                 let values = (vars.iter())
                     .map(|v| gpu_harness::bits_of(v.as_tensor()))
                     .collect::<Result<_, _>>()?;

@@ -14,7 +14,74 @@ use smallvec::SmallVec;
 
 use super::host::{Staged, candle, with_bytes, write_bytes};
 use crate::ranks::error::Error;
+use crate::ranks::layout::partition::Piece;
 use crate::ranks::vars::values::SumChunk;
+
+/// Pieces of tensors laid end to end (one rank's pieces of one float
+/// type, or whole variables), the elements of a stream of chunks.
+pub(super) struct Laid {
+    pieces: Vec<Piece>,
+    /// Where each piece ends in the concatenation.
+    ends: Vec<usize>,
+}
+
+impl Laid {
+    /// `pieces`, laid end to end. O(pieces).
+    pub(super) fn new(pieces: Vec<Piece>) -> Self {
+        let ends = (pieces.iter())
+            .scan(0, |at, p| {
+                *at += p.len;
+                Some(*at)
+            })
+            .collect();
+        Self { pieces, ends }
+    }
+
+    /// The number of elements. O(1).
+    pub(super) fn len(&self) -> usize {
+        self.ends.last().copied().unwrap_or(0)
+    }
+
+    /// The parts of the pieces that the elements `at..at + n` of their
+    /// concatenation cover: `(piece, first element within it, length)`, in
+    /// order. O(log pieces + parts).
+    fn parts(&self, at: usize, n: usize) -> impl Iterator<Item = (Piece, usize, usize)> + '_ {
+        let first = self.ends.partition_point(|&end| end <= at);
+        (self.pieces[first..].iter().zip(&self.ends[first..]))
+            .map(move |(&p, &hi)| {
+                let lo = hi - p.len;
+                let (a, b) = (lo.max(at), hi.min(at + n));
+                (p, a, b, lo)
+            })
+            .take_while(|&(_, a, b, _)| a < b)
+            .map(|(p, a, b, lo)| (p, a - lo, b - a))
+    }
+
+    /// The parts of elements `at..at + n` of the concatenation, laid from
+    /// byte `base` of a slot, `size` bytes an element. O(log pieces +
+    /// parts).
+    pub(super) fn slot_parts(
+        &self,
+        at: usize,
+        n: usize,
+        size: usize,
+        base: usize,
+    ) -> SmallVec<[Part; 2]> {
+        let mut k = base;
+        (self.parts(at, n))
+            .map(|(p, from, len)| {
+                let part = Part {
+                    var: p.var,
+                    first: p.start + from,
+                    n: len,
+                    at: k,
+                };
+                k += len * size;
+                part
+            })
+            .collect()
+    }
+}
 
 /// Elements `first..first + n` of tensor `var` (a place in the exchange's
 /// tensors), at byte `at` of a slot.

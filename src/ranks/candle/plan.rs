@@ -12,7 +12,9 @@ use std::time::Duration;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 
-use super::chunks::{ChunkStaging, reduce_run};
+use smallvec::SmallVec;
+
+use super::chunks::{Chunk, ChunkStaging, Laid, exchange_staged, reduce_run};
 pub(in crate::ranks) use super::host::candle;
 use super::host::{Staged, with_bytes};
 use super::in_place::{SwapIn, all_distinct, storage_at};
@@ -20,9 +22,9 @@ use crate::candle::CandleStore;
 use crate::checkpoint::{self, Dtype, LoadOptions, LoadReport, SaveReport};
 use crate::ranks::checkpoints::checkpoint::header_fits;
 use crate::ranks::error::Error;
-use crate::ranks::layout::partition::Partition;
+use crate::ranks::layout::partition::{Partition, Piece};
 use crate::ranks::plan::agree::{Same, settle, show_count, start};
-use crate::ranks::plan::bucketed::{Lane, broadcast_values};
+use crate::ranks::plan::bucketed::Lane;
 use crate::ranks::plan::consistency::compare_values;
 use crate::ranks::plan::options::{PlanOptions, Reduce};
 use crate::ranks::transport::collective::{Collective, Digest, check_root};
@@ -84,8 +86,6 @@ pub struct CandlePlan {
     pub(in crate::ranks) manifest: Manifest,
     /// The variables, in manifest order.
     pub(in crate::ranks) vars: Vec<Var>,
-    /// Each variable's size in bytes.
-    nbytes: Vec<usize>,
     pub(in crate::ranks) f32s: Lane<f32>,
     pub(in crate::ranks) f64s: Lane<f64>,
     pub(in crate::ranks) byte_cap: usize,
@@ -420,7 +420,6 @@ impl CandlePlan {
             present_sum: vec![0.0; vars.len()],
             manifest,
             vars,
-            nbytes,
             gathered,
             watched,
             timeout: opts.timeout,
@@ -527,11 +526,14 @@ impl CandlePlan {
     }
 
     /// Copies every variable's value on rank `root` into the same `Var` on
-    /// every rank (with `Var::set`, so the model and the optimizer see it),
-    /// in manifest order, one bucket of bytes per broadcast. A collective
-    /// call. O(bytes) per rank; allocates one bucket, and on the other ranks
-    /// one new tensor per variable (candle's `Var::set` copies from a
-    /// tensor).
+    /// every rank (with `Var::set`, so the model and the optimizer see it):
+    /// the `f32` variables, then the `f64` ones, in manifest order, laid
+    /// end to end and broadcast a bucket at a time through host staging
+    /// (on one CUDA device, feature `cuda`, the plan's page-locked buffers,
+    /// the copies beside MPI's calls). A collective call. O(bytes) per
+    /// rank; host memory: four buffers of at most a bucket, and on the
+    /// other ranks one new tensor per variable on its device (candle's
+    /// `Var::set` copies from a tensor).
     ///
     /// # Errors
     /// On every rank: [`Error::ArgumentsDiffer`] when the ranks pass
@@ -576,33 +578,60 @@ impl CandlePlan {
         let same: Same = ("roots", root as u64, show_count);
         let done = settle(comm, &mut self.gathered, "broadcast", local, Some(same));
         let done = done.and_then(|()| {
-            let stage_all = self.stage_all;
-            let mut out: Vec<Option<Out>> = if me {
-                Vec::new()
+            let keys = self.manifest.entries();
+            let out: Vec<Option<Tensor>> = if me {
+                vec![None; self.vars.len()]
             } else {
-                (self.vars.iter().zip(self.manifest.entries()))
-                    .map(|(v, e)| {
-                        Out::zeros(v, stage_all)
-                            .map(Some)
-                            .map_err(|err| candle(&e.key, err))
-                    })
+                (self.vars.iter().zip(keys))
+                    .map(|(v, e)| v.zeros_like().map(Some).map_err(|err| candle(&e.key, err)))
                     .collect::<Result<_, Error>>()?
             };
-            let mut host = Host {
-                keys: self.manifest.entries(),
-                sources: &self.sources,
-                out: &mut out,
-                in_place: &[],
-                stage_all,
-                staging: &mut self.chunk_staging,
-            };
-            let nbytes = self.nbytes.iter().copied();
-            broadcast_values(comm, root, nbytes, self.byte_cap, &mut host)?;
-            let out = out.into_iter().flatten();
-            for ((o, v), e) in out.zip(&self.vars).zip(self.manifest.entries()) {
-                o.into_tensor(v)
-                    .and_then(|t| v.set(&t))
-                    .map_err(|err| candle(&e.key, err))?;
+            let ends: Vec<_> = (keys.iter().zip(&self.sources).zip(&out))
+                .map(|((e, s), o)| (e.key.as_str(), s.as_ref(), o.as_ref()))
+                .collect();
+            for dtype in [DType::F32, DType::F64] {
+                let whole = (self.vars.iter().enumerate())
+                    .filter(|(_, v)| v.dtype() == dtype && v.elem_count() > 0)
+                    .map(|(var, v)| Piece {
+                        var,
+                        start: 0,
+                        len: v.elem_count(),
+                    });
+                let laid = Laid::new(whole.collect());
+                if laid.len() == 0 {
+                    continue; // the same on every rank
+                }
+                let size = dtype.size_in_bytes();
+                let per = (self.byte_cap / size).clamp(1, laid.len());
+                let mut chunks = (0..laid.len()).step_by(per).map(|at| {
+                    let n = per.min(laid.len() - at);
+                    let parts = laid.slot_parts(at, n, size, 0);
+                    let (send, recv) = if me {
+                        (parts, SmallVec::new())
+                    } else {
+                        (SmallVec::new(), parts)
+                    };
+                    Chunk {
+                        send,
+                        send_len: if me { n * size } else { 0 },
+                        recv,
+                        recv_len: n * size,
+                        root,
+                    }
+                });
+                let caps = (per * size, per * size);
+                let staging = &mut self.chunk_staging;
+                exchange_staged(&ends, staging, caps, &mut chunks, &mut |_, send, recv| {
+                    if me {
+                        recv.copy_from_slice(send);
+                    }
+                    comm.broadcast_bytes(root, recv)
+                })?;
+            }
+            for ((o, v), e) in out.iter().zip(&self.vars).zip(keys) {
+                if let Some(t) = o {
+                    v.set(t).map_err(|err| candle(&e.key, err))?;
+                }
             }
             Ok(())
         });

@@ -9,7 +9,7 @@ use candle_core::{DType, Tensor, WithDType};
 
 use smallvec::SmallVec;
 
-use super::chunks::{Chunk, ChunkStaging, Part, exchange_staged};
+use super::chunks::{Chunk, ChunkStaging, Laid, exchange_staged};
 use super::plan::{CandlePlan, candle};
 use crate::ranks::error::Error;
 use crate::ranks::layout::partition::{Partition, Piece};
@@ -17,64 +17,6 @@ use crate::ranks::plan::agree::{Same, settle, show_count};
 use crate::ranks::plan::options::Reduce;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::vars::values::{Float, cast, cast_mut};
-
-/// One rank's pieces of one float type, laid end to end.
-struct Laid {
-    pieces: Vec<Piece>,
-    /// Where each piece ends in the concatenation.
-    ends: Vec<usize>,
-}
-
-impl Laid {
-    /// `pieces`, laid end to end. O(pieces).
-    fn new(pieces: Vec<Piece>) -> Self {
-        let ends = (pieces.iter())
-            .scan(0, |at, p| {
-                *at += p.len;
-                Some(*at)
-            })
-            .collect();
-        Self { pieces, ends }
-    }
-
-    /// The number of elements. O(1).
-    fn len(&self) -> usize {
-        self.ends.last().copied().unwrap_or(0)
-    }
-
-    /// The parts of the pieces that the elements `at..at + n` of their
-    /// concatenation cover: `(piece, first element within it, length)`, in
-    /// order. O(log pieces + parts).
-    fn parts(&self, at: usize, n: usize) -> impl Iterator<Item = (Piece, usize, usize)> + '_ {
-        let first = self.ends.partition_point(|&end| end <= at);
-        (self.pieces[first..].iter().zip(&self.ends[first..]))
-            .map(move |(&p, &hi)| {
-                let lo = hi - p.len;
-                let (a, b) = (lo.max(at), hi.min(at + n));
-                (p, a, b, lo)
-            })
-            .take_while(|&(_, a, b, _)| a < b)
-            .map(|(p, a, b, lo)| (p, a - lo, b - a))
-    }
-}
-
-/// The parts of `pieces`' elements `at..at + n`, laid from byte `base` of
-/// a slot, `size` bytes an element. O(log pieces + parts).
-fn parts(pieces: &Laid, at: usize, n: usize, size: usize, base: usize) -> SmallVec<[Part; 2]> {
-    let mut k = base;
-    (pieces.parts(at, n))
-        .map(|(p, from, len)| {
-            let part = Part {
-                var: p.var,
-                first: p.start + from,
-                n: len,
-                at: k,
-            };
-            k += len * size;
-            part
-        })
-        .collect()
-}
 
 impl CandlePlan {
     /// ZeRO's cut of the plan's variables into one contiguous slice per
@@ -236,7 +178,7 @@ impl CandlePlan {
         let mut chunks = laid.iter().enumerate().flat_map(|(r, pieces)| {
             (0..pieces.len()).step_by(per).map(move |at| {
                 let n = per.min(pieces.len() - at);
-                let send = parts(pieces, at, n, size, 0);
+                let send = pieces.slot_parts(at, n, size, 0);
                 let mine = r == me;
                 Chunk {
                     recv: if mine { send.clone() } else { SmallVec::new() },
@@ -336,10 +278,10 @@ impl CandlePlan {
             let n = per.min(longest - at);
             let recv = (0..world)
                 .filter(|&r| r != me)
-                .flat_map(|r| parts(&laid[r], at, n, size, r * n * size))
+                .flat_map(|r| laid[r].slot_parts(at, n, size, r * n * size))
                 .collect();
             Chunk {
-                send: parts(&laid[me], at, n, size, 0),
+                send: laid[me].slot_parts(at, n, size, 0),
                 send_len: n * size,
                 recv,
                 recv_len: world * n * size,
