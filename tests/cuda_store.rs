@@ -694,9 +694,18 @@ fn ranks_zero(dev: &Device) -> R {
         let mut got: Vec<Vec<Bits>> = Vec::new();
         for d in [&Device::Cpu, dev] {
             let ranks = thread_world::run(2, |world| -> Result<Bits, String> {
+                // The CPU's values on every device (a device's `affine` in
+                // `mixed` may round otherwise).
                 let store = mixed(d)?;
+                let cpu_store = mixed(&Device::Cpu)?;
                 let mut plan = CandlePlan::new(world, &store, &opts).why("plan")?;
+                let start = CandlePlan::new(&scopetree::ranks::SingleProcess, &cpu_store, &opts)
+                    .why("plan")?;
                 let vars = plan.vars().to_vec();
+                for (v, c) in vars.iter().zip(start.vars()) {
+                    v.set(&c.as_tensor().to_device(d).why("to_device")?)
+                        .why("set")?;
+                }
                 let (cpu, _) = cpu_grads_on(&vars)?;
                 let scale = (world.rank() + 1) as f64;
                 let mut grads = candle_core::backprop::GradStore::default();
@@ -714,9 +723,6 @@ fn ranks_zero(dev: &Device) -> R {
                 plan.all_gather(world).why("all-gather")?;
                 // Each piece holds its owner's values: the start plus its
                 // owner's rank + 1.
-                let cpu_store = mixed(&Device::Cpu)?;
-                let start = CandlePlan::new(&scopetree::ranks::SingleProcess, &cpu_store, &opts)
-                    .why("plan")?;
                 for r in 0..world.size() {
                     for p in plan.partition().pieces(r) {
                         let (v, s) = (&vars[p.var], &start.vars()[p.var]);

@@ -238,6 +238,80 @@ pub(super) fn exchange_staged(
     pipeline(&mut HostChunks::new(ends, send_cap, recv_cap), chunks, f)
 }
 
+/// The context of the one CUDA device that every tensor `which` picks of
+/// `parts`' ends is on (`None` when one is elsewhere, or there is none).
+#[cfg(feature = "cuda")]
+fn one_cuda<'v>(
+    ends: &Ends<'v>,
+    parts: &[Part],
+    which: impl Fn(&(&'v str, Option<&'v Tensor>, Option<&'v Tensor>)) -> Option<&'v Tensor>,
+) -> Option<std::sync::Arc<candle_core::cuda_backend::cudarc::driver::CudaContext>> {
+    let mut tensors = parts.iter().filter_map(|p| which(&ends[p.var]));
+    let first = tensors.next()?;
+    let candle_core::Device::Cuda(device) = first.device() else {
+        return None;
+    };
+    (tensors.all(|t| t.device().same_device(first.device())))
+        .then(|| device.cuda_stream().context().clone())
+}
+
+/// Copies `chunk`'s send parts into `into` (its `send_len` bytes) now,
+/// through send slot `slot` of the page-locked `staging`, when every
+/// tensor they read is on one CUDA device: whether it did (else nothing is
+/// done). O(chunk), one wait for the copies.
+///
+/// # Errors
+/// As [`exchange_staged`].
+pub(super) fn fetch_now(
+    ends: &Ends<'_>,
+    staging: &mut ChunkStaging,
+    slot: usize,
+    chunk: &Chunk,
+    into: &mut [u8],
+) -> Result<bool, Error> {
+    #[cfg(feature = "cuda")]
+    if let Some(ctx) = one_cuda(ends, &chunk.send, |e| e.1) {
+        let bufs = staging.buffers(&ctx, chunk.send_len, chunk.recv_len)?;
+        let mut io = cuda::DeviceChunks { ends, bufs };
+        io.fetch(slot, chunk)?;
+        let staged = (io.bufs[slot].bytes())
+            .map_err(|e| cuda::driver(cuda::key_of(ends, chunk), "waiting for a copy", e))?;
+        into.copy_from_slice(&staged[..chunk.send_len]);
+        return Ok(true);
+    }
+    let _ = (ends, staging, slot, chunk, into);
+    Ok(false)
+}
+
+/// Copies `from` (`chunk`'s `recv_len` bytes) into its receive parts'
+/// tensors, through receive slot `slot` of the page-locked `staging`,
+/// when every tensor they write is on one CUDA device: whether it did
+/// (else nothing is done). The copies to the device are queued, not
+/// waited for. O(chunk).
+///
+/// # Errors
+/// As [`exchange_staged`].
+pub(super) fn put_now(
+    ends: &Ends<'_>,
+    staging: &mut ChunkStaging,
+    slot: usize,
+    chunk: &Chunk,
+    from: &[u8],
+) -> Result<bool, Error> {
+    #[cfg(feature = "cuda")]
+    if let Some(ctx) = one_cuda(ends, &chunk.recv, |e| e.2) {
+        let bufs = staging.buffers(&ctx, chunk.send_len, chunk.recv_len)?;
+        let key = cuda::key_of(ends, chunk);
+        let slot_bytes =
+            (bufs[2 + slot].bytes_mut()).map_err(|e| cuda::driver(key, "waiting for a copy", e))?;
+        slot_bytes[..from.len()].copy_from_slice(from);
+        cuda::DeviceChunks { ends, bufs }.put(slot, chunk)?;
+        return Ok(true);
+    }
+    let _ = (ends, staging, slot, chunk, from);
+    Ok(false)
+}
+
 /// Chunks staged through plain host memory, with synchronous copies
 /// ([`Staged`]): tensors off one CUDA device (on the CPU, or without the
 /// `cuda` feature).
@@ -420,12 +494,12 @@ mod cuda {
         pub(super) bufs: &'a mut [Pinned],
     }
 
-    fn driver(key: &str, what: &str, e: impl std::fmt::Display) -> Error {
+    pub(super) fn driver(key: &str, what: &str, e: impl std::fmt::Display) -> Error {
         candle(key, candle_core::Error::Msg(format!("{what}: {e}")))
     }
 
     /// The key of a chunk's first part, for errors of the whole chunk.
-    fn key_of<'v>(ends: &Ends<'v>, chunk: &Chunk) -> &'v str {
+    pub(super) fn key_of<'v>(ends: &Ends<'v>, chunk: &Chunk) -> &'v str {
         let first = chunk.send.first().or(chunk.recv.first());
         first.map_or("", |p| ends[p.var].0)
     }

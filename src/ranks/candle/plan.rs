@@ -14,7 +14,9 @@ use candle_core::{DType, Device, Tensor, Var};
 
 use smallvec::SmallVec;
 
-use super::chunks::{Chunk, ChunkStaging, Laid, exchange_staged, reduce_run};
+use super::chunks::{
+    Chunk, ChunkStaging, Laid, Part, exchange_staged, fetch_now, put_now, reduce_run,
+};
 pub(in crate::ranks) use super::host::candle;
 use super::host::{Staged, with_bytes};
 use super::in_place::{SwapIn, all_distinct, storage_at};
@@ -31,7 +33,7 @@ use crate::ranks::transport::collective::{Collective, Digest, check_root};
 use crate::ranks::transport::watchdog::Watch;
 use crate::ranks::vars::checksum::{VarHash, digest_of_hashes, hash_bytes};
 use crate::ranks::vars::manifest::{Manifest, ManifestEntry};
-use crate::ranks::vars::values::{Direct, SumChunk, Values};
+use crate::ranks::vars::values::{Direct, Span, SumChunk, Values};
 
 /// What a candle plan accepts, for error messages.
 const CANDLE_FLOATS: &str = "the ranks layer synchronises candle variables of F32 or F64; \
@@ -219,8 +221,46 @@ struct Host<'a> {
     in_place: &'a [bool],
     /// Whether host tensors are staged as device ones are (tests).
     stage_all: bool,
-    /// The page-locked staging of the direct variables on a CUDA device.
+    /// The page-locked staging of the variables on a CUDA device.
     staging: &'a mut ChunkStaging,
+    /// Whether a fused bucket's pieces on a CUDA device are copied
+    /// together through `staging` ([`Values::spans`]).
+    spans: bool,
+}
+
+impl Host<'_> {
+    /// `spans`' pieces as the parts of one chunk, each `len` bytes of its
+    /// variable's elements; `None` if a piece is not whole elements of
+    /// `F32` or `F64` (a bug). O(spans).
+    fn chunk(&self, spans: &[Span], send: bool) -> Option<Chunk> {
+        let mut parts = SmallVec::new();
+        let mut len = 0;
+        for s in spans {
+            let size = self.keys[s.var].dtype.bitsize() / 8;
+            if size == 0 || s.at % size != 0 || s.len % size != 0 {
+                return None;
+            }
+            parts.push(Part {
+                var: s.var,
+                first: s.at / size,
+                n: s.len / size,
+                at: s.to,
+            });
+            len = len.max(s.to + s.len);
+        }
+        let (send_parts, recv_parts) = if send {
+            (parts, SmallVec::new())
+        } else {
+            (SmallVec::new(), parts)
+        };
+        Some(Chunk {
+            send: send_parts,
+            send_len: if send { len } else { 0 },
+            recv: recv_parts,
+            recv_len: if send { 0 } else { len },
+            root: 0,
+        })
+    }
 }
 
 impl Values for Host<'_> {
@@ -239,6 +279,54 @@ impl Values for Host<'_> {
         if let Some(out) = &mut self.out[var] {
             out.write(at, from)
                 .map_err(|e| candle(&self.keys[var].key, e))?;
+        }
+        Ok(())
+    }
+
+    fn spans(&self) -> bool {
+        self.spans
+    }
+
+    /// The pieces of gradients on one CUDA device, copied together through
+    /// a page-locked slot (one wait); else one at a time.
+    fn read_spans(&mut self, k: usize, spans: &[Span], into: &mut [u8]) -> Result<(), Error> {
+        if let Some(chunk) = self.chunk(spans, true) {
+            let ends: Vec<_> = (self.keys.iter().zip(self.sources))
+                .map(|(e, s)| (e.key.as_str(), s.as_ref(), None))
+                .collect();
+            let len = chunk.send_len;
+            if fetch_now(&ends, self.staging, k % 2, &chunk, &mut into[..len])? {
+                return Ok(());
+            }
+        }
+        for s in spans {
+            self.read(s.var, s.at, &mut into[s.to..s.to + s.len])?;
+        }
+        Ok(())
+    }
+
+    /// The pieces of results made on one CUDA device, copied together
+    /// through a page-locked slot (queued, not waited for); else one at a
+    /// time.
+    fn write_spans(&mut self, k: usize, spans: &[Span], from: &[u8]) -> Result<(), Error> {
+        // Only results made on a device: a host one is written in place.
+        let on_device = spans
+            .iter()
+            .all(|s| matches!(self.out[s.var], None | Some(Out::Dev(_, Some(_)))));
+        if let Some(chunk) = self.chunk(spans, false).filter(|_| on_device) {
+            let ends: Vec<_> = (self.keys.iter().zip(self.out.iter()))
+                .map(|(e, o)| match o {
+                    Some(Out::Dev(_, Some(t))) => (e.key.as_str(), None, Some(t)),
+                    _ => (e.key.as_str(), None, None),
+                })
+                .collect();
+            let len = chunk.recv_len;
+            if put_now(&ends, self.staging, k % 2, &chunk, &from[..len])? {
+                return Ok(());
+            }
+        }
+        for s in spans {
+            self.write(s.var, s.at, &from[s.to..s.to + s.len])?;
         }
         Ok(())
     }
@@ -805,6 +893,10 @@ impl CandlePlan {
                     }
                 })
                 .collect::<Result<_, Error>>()?;
+            // A fused bucket's pieces on a CUDA device go together.
+            let spans = cfg!(feature = "cuda")
+                && !stage_all
+                && (self.sources.iter().flatten()).any(|t| t.device().is_cuda());
             let mut host = Host {
                 keys,
                 sources: &self.sources,
@@ -812,6 +904,7 @@ impl CandlePlan {
                 in_place: if in_place { &self.own } else { &[] },
                 stage_all,
                 staging: &mut self.chunk_staging,
+                spans,
             };
             self.f32s.reduce(comm, &mut host, op)?;
             self.f64s.reduce(comm, &mut host, op)?;

@@ -2,13 +2,13 @@
 //! ([`Lane`]) and the broadcast of bytes, each copying the variables into
 //! a bucket, moving it, and copying it back.
 
-use super::buckets::Buckets;
+use super::buckets::{Buckets, Segment};
 use super::options::{PlanOptions, Reduce};
 use crate::checkpoint::Dtype;
 use crate::ranks::error::Error;
 use crate::ranks::transport::collective::Collective;
 use crate::ranks::transport::pipeline::Pipeline;
-use crate::ranks::vars::values::{Direct, Float, Values, cast, cast_mut};
+use crate::ranks::vars::values::{Direct, Float, Span, Values, cast, cast_mut};
 
 /// The buckets and buffers of one float type: small variables fused into
 /// buckets, copied in and out; variables of at least
@@ -200,7 +200,12 @@ impl<F: Float, V: Values> Pipeline<F> for Fused<'_, F, V> {
     fn fill(&mut self, k: usize, send: &mut [F]) -> Result<(), Error> {
         let size = std::mem::size_of::<F>();
         let (range, _) = &self.buckets.buckets[k];
-        for s in &self.buckets.segments[range.clone()] {
+        let segments = &self.buckets.segments[range.clone()];
+        if self.values.spans() {
+            let spans = spans(segments, size);
+            return (self.values).read_spans(k, &spans, bytemuck::cast_slice_mut(send));
+        }
+        for s in segments {
             let into = bytemuck::cast_slice_mut(&mut send[s.at..s.at + s.len]);
             self.values.read(s.var, s.start * size, into)?;
         }
@@ -215,12 +220,30 @@ impl<F: Float, V: Values> Pipeline<F> for Fused<'_, F, V> {
         }
         let size = std::mem::size_of::<F>();
         let (range, _) = &self.buckets.buckets[k];
-        for s in &self.buckets.segments[range.clone()] {
+        let segments = &self.buckets.segments[range.clone()];
+        if self.values.spans() {
+            let spans = spans(segments, size);
+            return (self.values).write_spans(k, &spans, bytemuck::cast_slice(recv));
+        }
+        for s in segments {
             let from = bytemuck::cast_slice(&recv[s.at..s.at + s.len]);
             self.values.write(s.var, s.start * size, from)?;
         }
         Ok(())
     }
+}
+
+/// A bucket's `segments` of `size`-byte elements as [`Span`]s of bytes.
+/// O(segments); allocates (only for values that copy spans together).
+fn spans(segments: &[Segment], size: usize) -> Vec<Span> {
+    (segments.iter())
+        .map(|s| Span {
+            var: s.var,
+            at: s.start * size,
+            len: s.len * size,
+            to: s.at * size,
+        })
+        .collect()
 }
 
 /// Copies every variable's bytes on rank `root` to every rank, one bucket

@@ -119,6 +119,49 @@ pub(in crate::ranks) trait Values {
     fn read(&mut self, var: usize, at: usize, into: &mut [u8]) -> Result<(), Error>;
     /// Copies `from` over the bytes `at..at + from.len()` of variable `var`.
     fn write(&mut self, var: usize, at: usize, from: &[u8]) -> Result<(), Error>;
+    /// Whether the values copy a bucket's pieces together
+    /// ([`read_spans`](Self::read_spans), [`write_spans`](Self::write_spans):
+    /// a device's, through staging); else the caller reads and writes them
+    /// one at a time.
+    fn spans(&self) -> bool {
+        false
+    }
+    /// Copies the pieces `spans` of a bucket (the `k`th of its call) into
+    /// `into`: each piece's [`read`](Self::read), unless the values copy
+    /// them together.
+    ///
+    /// # Errors
+    /// The first failed copy.
+    fn read_spans(&mut self, k: usize, spans: &[Span], into: &mut [u8]) -> Result<(), Error> {
+        let _ = k;
+        for s in spans {
+            self.read(s.var, s.at, &mut into[s.to..s.to + s.len])?;
+        }
+        Ok(())
+    }
+    /// Copies the pieces `spans` of a bucket (the `k`th of its call) from
+    /// `from` into their variables: each piece's [`write`](Self::write),
+    /// unless the values copy them together.
+    ///
+    /// # Errors
+    /// The first failed copy.
+    fn write_spans(&mut self, k: usize, spans: &[Span], from: &[u8]) -> Result<(), Error> {
+        let _ = k;
+        for s in spans {
+            self.write(s.var, s.at, &from[s.to..s.to + s.len])?;
+        }
+        Ok(())
+    }
+}
+
+/// A piece of a variable in a bucket: `len` bytes from byte `at` of
+/// variable `var`, at byte `to` of the bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::ranks) struct Span {
+    pub(in crate::ranks) var: usize,
+    pub(in crate::ranks) at: usize,
+    pub(in crate::ranks) len: usize,
+    pub(in crate::ranks) to: usize,
 }
 
 /// Values that a reduce can send from their own buffers, and whose
