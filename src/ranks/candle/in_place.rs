@@ -1,7 +1,8 @@
 //! Gradients reduced in place for [`CandlePlan::all_reduce_in_place`]
 //! (feature `candle`): a spare buffer of reduced elements swapped into a
 //! gradient tensor's own CPU storage by a candle in-place op, and the
-//! check that no two of the tensors involved share a storage.
+//! check that no two of the tensors involved share a storage (on any
+//! device).
 //!
 //! [`CandlePlan::all_reduce_in_place`]: crate::ranks::CandlePlan::all_reduce_in_place
 
@@ -69,15 +70,11 @@ impl InplaceOp1 for SwapIn<'_> {
     }
 }
 
-/// Where `t`'s CPU storage of `F32` or `F64` elements starts (`None` for
-/// any other storage). O(1).
-pub(in crate::ranks) fn storage_at(t: &Tensor) -> Option<usize> {
+/// Which storage `t` is a view of, on any device: the address of candle's
+/// storage object, the same for every tensor that shares it. O(1).
+pub(in crate::ranks) fn storage_at(t: &Tensor) -> usize {
     let (storage, _) = t.storage_and_layout();
-    match &*storage {
-        Storage::Cpu(CpuStorage::F32(v)) => Some(v.as_ptr() as usize),
-        Storage::Cpu(CpuStorage::F64(v)) => Some(v.as_ptr() as usize),
-        _ => None,
-    }
+    std::ptr::from_ref::<Storage>(&*storage) as usize
 }
 
 /// Whether the storages at `starts` are all distinct; sorts `starts`.

@@ -368,8 +368,9 @@ impl Direct for Host<'_> {
     }
 
     /// Each staged gradient of `vars` reduced into a new tensor on its
-    /// device, which becomes its variable's result: each run of them on
-    /// one device together ([`reduce_run`]).
+    /// device (or, in place, into its own memory), which becomes its
+    /// variable's result: each run of them on one device together
+    /// ([`reduce_run`]).
     fn reduce_staged(
         &mut self,
         vars: &[(usize, usize)],
@@ -385,8 +386,14 @@ impl Direct for Host<'_> {
                     reason: format!("`{key}` staged without a gradient"),
                 });
             };
-            let zeros = Tensor::zeros(t.elem_count(), t.dtype(), t.device());
-            made.push((key.as_str(), t, zeros.map_err(|e| candle(key, e))?));
+            // In place: the sums go over the gradient, chunk by chunk
+            // behind the chunks read from it.
+            let result = if self.in_place.get(var) == Some(&true) {
+                t.flatten_all()
+            } else {
+                Tensor::zeros(t.elem_count(), t.dtype(), t.device())
+            };
+            made.push((key.as_str(), t, result.map_err(|e| candle(key, e))?));
         }
         let runs = made.chunk_by(|(_, a, _), (_, b, _)| a.device().same_device(b.device()));
         for run in runs {
@@ -789,15 +796,17 @@ impl CandlePlan {
     }
 
     /// As [`all_reduce`](Self::all_reduce), but each gradient of at least
-    /// [`PlanOptions::direct_bytes`] that is all of its own CPU storage
-    /// (contiguous, as `backward` makes them) takes the reduced elements in
-    /// place, as PyTorch's DDP writes its gradients: the plan's spare
-    /// buffer is swapped into the tensor's storage by a candle in-place
-    /// op, and the tensor's old buffer becomes the spare for the next call.
-    /// No copy, no new tensor and no zeroed buffer for those gradients,
-    /// where [`all_reduce`](Self::all_reduce) makes a new tensor per
-    /// gradient; the others are handled as there. The sums are the same,
-    /// bit for bit.
+    /// [`PlanOptions::direct_bytes`] that is contiguous (as `backward`
+    /// makes them) takes the reduced elements in place, as PyTorch's DDP
+    /// writes its gradients. On the CPU, when it is all of its storage, the
+    /// plan's spare buffer is swapped into the tensor's storage by a candle
+    /// in-place op, and the tensor's old buffer becomes the spare for the
+    /// next call; on a device (CUDA), each chunk of sums is copied over the
+    /// chunk of the gradient it came from, behind the copies out of it. No
+    /// new tensor and no zeroed buffer for those gradients, where
+    /// [`all_reduce`](Self::all_reduce) makes a new tensor per gradient;
+    /// the others are handled as there. The sums are the same, bit for
+    /// bit.
     ///
     /// In place means shared: every clone or view of such a gradient
     /// tensor (taken before the call) sees the reduced elements. When two
@@ -846,7 +855,7 @@ impl CandlePlan {
             .filter(|&(_, &own)| own)
             .filter_map(|(t, _)| t.as_ref());
         let vars = self.vars.iter().map(|v| v.as_tensor());
-        self.starts.extend(grads.chain(vars).filter_map(storage_at));
+        self.starts.extend(grads.chain(vars).map(storage_at));
         if !all_distinct(&mut self.starts) {
             self.own.fill(false);
         }
@@ -959,8 +968,9 @@ impl CandlePlan {
                     ),
                 });
             }
-            self.own
-                .push(in_host(g, self.stage_all) && g.is_contiguous());
+            // The gradient's own memory: swapped on the host, written
+            // through staging off it.
+            self.own.push(g.is_contiguous());
             // Contiguous on its own device (an `Arc` clone when it is
             // already): read in place on the CPU, else a bucket segment at
             // a time through the host ([`Staged`]).
@@ -1172,6 +1182,7 @@ fn dtype_name(d: DType) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ranks::transport::collective::Digest;
     use crate::ranks::{PlanOptions, SingleProcess};
     use candle_core::backprop::GradStore;
 
@@ -1230,6 +1241,98 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    /// Rank 0 of two ranks that hold the same: a sum doubles, exactly.
+    struct Twice;
+
+    impl Collective for Twice {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn size(&self) -> usize {
+            2
+        }
+        fn all_reduce_sum_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
+            recv.iter_mut().zip(send).for_each(|(r, s)| *r = 2.0 * s);
+            Ok(())
+        }
+        fn all_reduce_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
+            recv.iter_mut().zip(send).for_each(|(r, s)| *r = 2.0 * s);
+            Ok(())
+        }
+        fn reduce_scatter_sum_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
+            self.all_reduce_sum_f32(&send[..recv.len()], recv)
+        }
+        fn reduce_scatter_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
+            self.all_reduce_sum_f64(&send[..recv.len()], recv)
+        }
+        fn all_gather_bytes(&self, send: &[u8], recv: &mut [u8]) -> Result<(), Error> {
+            recv.chunks_mut(send.len().max(1))
+                .for_each(|b| b.copy_from_slice(&send[..b.len()]));
+            Ok(())
+        }
+        fn broadcast_bytes(&self, _: usize, _: &mut [u8]) -> Result<(), Error> {
+            Ok(())
+        }
+        fn all_gather_digest(&self, mine: &Digest, all: &mut [Digest]) -> Result<(), Error> {
+            all.fill(*mine);
+            Ok(())
+        }
+        fn barrier(&self) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_staged_path_writes_in_place_only_when_asked_and_storages_are_distinct() {
+        // Every variable sent from its own buffer, so every gradient is
+        // staged; sums double them.
+        let opts = PlanOptions::new().bucket_bytes(16).direct_bytes(4);
+        for (in_place, shared) in [(false, false), (true, false), (true, true)] {
+            let what = format!("in place {in_place}, two sharing a storage {shared}");
+            let store = model();
+            let mut plan = CandlePlan::new(&Twice, &store, &opts).expect("a plan");
+            plan.stage_all = true;
+            let vars = plan.vars().to_vec();
+            let mut g = grads(&vars);
+            if shared {
+                // `a` and `d` (3 and 5 f32s): `d`'s gradient a view of `c`'s.
+                let c = g.get(vars[2].as_tensor()).expect("c").clone();
+                g.insert(vars[3].as_tensor(), c.narrow(0, 0, 5).expect("a view"));
+            }
+            let before = bits(&g, &vars);
+            let kept: Vec<Tensor> = (vars.iter())
+                .map(|v| g.get(v.as_tensor()).expect("a gradient").clone())
+                .collect();
+            plan.reduce_gradients(&Twice, &mut g, Reduce::Sum, in_place)
+                .expect("a reduce");
+            let doubled: Vec<Vec<u64>> = (before.iter())
+                .map(|v| {
+                    v.iter()
+                        .map(|&b| (2.0 * f64::from_bits(b)).to_bits())
+                        .collect()
+                })
+                .collect();
+            assert_eq!(bits(&g, &vars), doubled, "{what}: the sums");
+            // What a clone taken before the call sees: the sums when they
+            // were written in place, else the gradient as it was.
+            let seen: Vec<Vec<u64>> = (kept.iter())
+                .map(|t| {
+                    (t.to_dtype(DType::F64).and_then(|t| t.to_vec1::<f64>()))
+                        .expect("values")
+                        .iter()
+                        .map(|x| x.to_bits())
+                        .collect()
+                })
+                .collect();
+            let want = if in_place && !shared {
+                &doubled
+            } else {
+                &before
+            };
+            assert_eq!(&seen, want, "{what}: the gradients' own memory");
+        }
     }
 
     #[test]
