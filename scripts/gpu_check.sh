@@ -8,7 +8,7 @@
 #
 # `build` installs CUDA 13.0's compiler from PyPI's wheels
 # (scripts/cuda/toolkit.sh), builds the GPU test binaries (tests/cuda_store.rs,
-# tests/cuda_nccl.rs),
+# tests/cuda_nccl.rs, tests/cuda_ranks.rs),
 # the load benchmark (benches/gpu/load_bench.rs) and the two training
 # examples and the ranks' candle bench with `--features nccl,mpi,candle-models`
 # (cuda with NCCL; MPI from PyPI's relocatable Open MPI 5.0.11 wheel, which
@@ -26,7 +26,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-}"
 bundle="${2:-gpu-bin}"
-bins=(cuda_store cuda_nccl gpu_load_bench train_llama2_c train_char_gru candle_bench)
+bins=(cuda_store cuda_nccl cuda_ranks gpu_load_bench train_llama2_c train_char_gru candle_bench)
 
 build() {
     set -e
@@ -46,7 +46,7 @@ build() {
         --example gpu_load_bench --example train_llama2_c --example train_char_gru --example candle_bench
     local test_bin
     rm -rf "$bundle" && mkdir -p "$bundle"
-    for t in cuda_store cuda_nccl; do
+    for t in cuda_store cuda_nccl cuda_ranks; do
         test_bin=$(cargo test --release --features "$features" --test "$t" --no-run 2>&1 \
             | sed -n 's/.*Executable .*(\(.*\))$/\1/p')
         test -x "$test_bin"
@@ -158,8 +158,19 @@ with lzma.open(sys.argv[1], "rb") as f:
         echo "FAIL char_gru: resume"; fails=$((fails + 1))
     fi
 
-    echo "== 5. ranks on one GPU under mpirun (Open MPI from the bundle): train_char_gru and train_llama2_c at 2 ranks against 1 process accumulating 2 micro-batches, llama2_c's ZeRO at 2 ranks, char_gru's 4 ranks agreeing; NCCL at one rank"
+    echo "== 5. ranks on one GPU under mpirun (Open MPI from the bundle): CandlePlan's collectives against the CPU path at 2 and 4 ranks (tests/cuda_ranks.rs); train_char_gru and train_llama2_c at 2 ranks against 1 process accumulating 2 micro-batches, llama2_c's ZeRO at 2 ranks, char_gru's 4 ranks agreeing; NCCL at one rank"
     local ranks one
+    # CandlePlan's collectives over CUDA tensors against its CPU path on
+    # the same inputs, bit for bit, the ranks agreeing, at 2 and 4 ranks.
+    local out status
+    for n in 2 4; do
+        out=$("$mpirun" --oversubscribe -np "$n" -x LD_LIBRARY_PATH "$work/cuda_ranks" 2>&1)
+        status=$?
+        echo "$out" | grep -E '^(PASS|FAIL|rank|test result)'
+        if [ "$status" -ne 0 ]; then
+            echo "FAIL cuda_ranks at $n ranks (exit $status)"; fails=$((fails + 1))
+        fi
+    done
     # At 2 ranks a + b is b + a, so MPI's sum is one process's, bit for bit.
     ranks=$("$mpirun" --oversubscribe -np 2 -x LD_LIBRARY_PATH "$work/train_char_gru" --device cuda --epochs 2 2>&1 \
         | grep '^parameters: digest')
