@@ -1182,7 +1182,7 @@ fn dtype_name(d: DType) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ranks::transport::collective::Digest;
+    use crate::ranks::transport::mirror::Mirror;
     use crate::ranks::{PlanOptions, SingleProcess};
     use candle_core::backprop::GradStore;
 
@@ -1243,56 +1243,15 @@ mod tests {
             .collect()
     }
 
-    /// Rank 0 of two ranks that hold the same: a sum doubles, exactly.
-    struct Twice;
-
-    impl Collective for Twice {
-        fn rank(&self) -> usize {
-            0
-        }
-        fn size(&self) -> usize {
-            2
-        }
-        fn all_reduce_sum_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
-            recv.iter_mut().zip(send).for_each(|(r, s)| *r = 2.0 * s);
-            Ok(())
-        }
-        fn all_reduce_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
-            recv.iter_mut().zip(send).for_each(|(r, s)| *r = 2.0 * s);
-            Ok(())
-        }
-        fn reduce_scatter_sum_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), Error> {
-            self.all_reduce_sum_f32(&send[..recv.len()], recv)
-        }
-        fn reduce_scatter_sum_f64(&self, send: &[f64], recv: &mut [f64]) -> Result<(), Error> {
-            self.all_reduce_sum_f64(&send[..recv.len()], recv)
-        }
-        fn all_gather_bytes(&self, send: &[u8], recv: &mut [u8]) -> Result<(), Error> {
-            recv.chunks_mut(send.len().max(1))
-                .for_each(|b| b.copy_from_slice(&send[..b.len()]));
-            Ok(())
-        }
-        fn broadcast_bytes(&self, _: usize, _: &mut [u8]) -> Result<(), Error> {
-            Ok(())
-        }
-        fn all_gather_digest(&self, mine: &Digest, all: &mut [Digest]) -> Result<(), Error> {
-            all.fill(*mine);
-            Ok(())
-        }
-        fn barrier(&self) -> Result<(), Error> {
-            Ok(())
-        }
-    }
-
     #[test]
     fn the_staged_path_writes_in_place_only_when_asked_and_storages_are_distinct() {
         // Every variable sent from its own buffer, so every gradient is
-        // staged; sums double them.
+        // staged; two identical ranks' sums double them.
         let opts = PlanOptions::new().bucket_bytes(16).direct_bytes(4);
         for (in_place, shared) in [(false, false), (true, false), (true, true)] {
             let what = format!("in place {in_place}, two sharing a storage {shared}");
             let store = model();
-            let mut plan = CandlePlan::new(&Twice, &store, &opts).expect("a plan");
+            let mut plan = CandlePlan::new(&Mirror(2, 0), &store, &opts).expect("a plan");
             plan.stage_all = true;
             let vars = plan.vars().to_vec();
             let mut g = grads(&vars);
@@ -1305,7 +1264,7 @@ mod tests {
             let kept: Vec<Tensor> = (vars.iter())
                 .map(|v| g.get(v.as_tensor()).expect("a gradient").clone())
                 .collect();
-            plan.reduce_gradients(&Twice, &mut g, Reduce::Sum, in_place)
+            plan.reduce_gradients(&Mirror(2, 0), &mut g, Reduce::Sum, in_place)
                 .expect("a reduce");
             let doubled: Vec<Vec<u64>> = (before.iter())
                 .map(|v| {
