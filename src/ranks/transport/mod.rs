@@ -8,12 +8,12 @@
 //! | `collective.rs` | [`Collective`](crate::ranks::Collective), [`SingleProcess`](crate::ranks::SingleProcess), [`Digest`](crate::ranks::Digest) |
 //! | `mpi.rs` | [`Collective`](crate::ranks::Collective) for MPI's communicator (feature `mpi`) |
 //! | `watchdog.rs` | [`Watch`](crate::ranks::Watch): a rank that waits too long in a collective call ends its process |
-//! | `mirror.rs` | `Mirror`, a stand-in world of identical ranks for unit tests (tests only) |
+//! | `mirror.rs` | `Mirror`, a stand-in world of identical ranks for the candle plans' unit tests (tests with feature `candle` only) |
 //!
 //! It may import the layer's `error.rs` only.
 
 pub(super) mod collective;
-#[cfg(test)]
+#[cfg(all(test, feature = "candle"))]
 pub(crate) mod mirror;
 #[cfg(feature = "mpi")]
 pub(super) mod mpi;
