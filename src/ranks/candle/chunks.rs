@@ -1,7 +1,8 @@
 //! The exchanges of variables held off the host (feature `candle`), a
 //! chunk at a time through host staging, two chunks in flight: the
-//! all-reduce of a run of large gradients, and ZeRO's reduce-scatter and
-//! all-gather. A chunk gathers parts of one or more tensors into a send
+//! all-reduce of a run of large gradients, ZeRO's reduce-scatter and
+//! all-gather, and the broadcast; and the fused buckets' pieces copied
+//! together ([`fetch_now`], [`put_now`]). A chunk gathers parts of one or more tensors into a send
 //! slot, is exchanged over MPI into a receive slot, and its receive slot's
 //! parts go back to tensors. On a CUDA device (feature `cuda`) the staging
 //! is page-locked and the copies are asynchronous on the tensors' stream,
@@ -162,6 +163,12 @@ pub(super) fn pipeline(
     }
 }
 
+/// The chunks of `len` elements, `per` (at least 1) a chunk: each one's
+/// first element and length. O(1) per chunk.
+pub(super) fn steps(len: usize, per: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..len).step_by(per).map(move |at| (at, per.min(len - at)))
+}
+
 /// The chunks of an all-reduce of tensors of `lens` elements of `size`
 /// bytes each, `per` elements a chunk, tensor after tensor (each sent in
 /// pieces of `per` from its own start, so that every rank makes the same
@@ -174,8 +181,7 @@ pub(super) fn reduce_chunks(
 ) -> impl Iterator<Item = Chunk> + '_ {
     let per = per.max(1);
     lens.iter().enumerate().flat_map(move |(var, &len)| {
-        (0..len.div_ceil(per)).map(move |i| {
-            let (first, n) = (i * per, per.min(len - i * per));
+        steps(len, per).map(move |(first, n)| {
             let part = Part {
                 var,
                 first,
@@ -201,11 +207,6 @@ fn covered(ends: &Ends<'_>, chunk: &Chunk) -> usize {
         .sum()
 }
 
-/// The first tensor of `ends`, if there is one. O(tensors).
-fn first_tensor<'a>(ends: &Ends<'a>) -> Option<&'a Tensor> {
-    ends.iter().find_map(|&(_, s, r)| s.or(r))
-}
-
 /// Exchanges `chunks` of the tensors `ends` ([`pipeline`]) through
 /// staging of at most `send_cap` bytes a send slot and `recv_cap` a
 /// receive slot: the plan's page-locked `staging` when every tensor is on
@@ -222,31 +223,21 @@ pub(super) fn exchange_staged(
     chunks: &mut dyn Iterator<Item = Chunk>,
     f: &mut Exchange<'_>,
 ) -> Result<(), Error> {
-    let Some(first) = first_tensor(ends) else {
-        return pipeline(&mut HostChunks::new(ends, send_cap, recv_cap), chunks, f);
-    };
     #[cfg(feature = "cuda")]
-    if let candle_core::Device::Cuda(device) = first.device() {
-        let one = ends.iter().flat_map(|&(_, s, r)| [s, r]).flatten();
-        if one.clone().all(|t| t.device().same_device(first.device())) {
-            let ctx = device.cuda_stream().context().clone();
-            let bufs = staging.buffers(&ctx, send_cap, recv_cap)?;
-            return pipeline(&mut cuda::DeviceChunks { ends, bufs }, chunks, f);
-        }
+    if let Some(ctx) = one_cuda(ends.iter().flat_map(|&(_, s, r)| [s, r]).flatten()) {
+        let bufs = staging.buffers(&ctx, send_cap, recv_cap)?;
+        return pipeline(&mut cuda::DeviceChunks { ends, bufs }, chunks, f);
     }
-    let _ = (first, staging); // page-locked memory is for one CUDA device
+    let _ = staging; // page-locked memory is for one CUDA device
     pipeline(&mut HostChunks::new(ends, send_cap, recv_cap), chunks, f)
 }
 
-/// The context of the one CUDA device that every tensor `which` picks of
-/// `parts`' ends is on (`None` when one is elsewhere, or there is none).
+/// The context of the one CUDA device that every tensor of `tensors` is
+/// on (`None` when one is elsewhere, or there is none). O(tensors).
 #[cfg(feature = "cuda")]
 fn one_cuda<'v>(
-    ends: &Ends<'v>,
-    parts: &[Part],
-    which: impl Fn(&(&'v str, Option<&'v Tensor>, Option<&'v Tensor>)) -> Option<&'v Tensor>,
+    mut tensors: impl Iterator<Item = &'v Tensor>,
 ) -> Option<std::sync::Arc<candle_core::cuda_backend::cudarc::driver::CudaContext>> {
-    let mut tensors = parts.iter().filter_map(|p| which(&ends[p.var]));
     let first = tensors.next()?;
     let candle_core::Device::Cuda(device) = first.device() else {
         return None;
@@ -270,7 +261,7 @@ pub(super) fn fetch_now(
     into: &mut [u8],
 ) -> Result<bool, Error> {
     #[cfg(feature = "cuda")]
-    if let Some(ctx) = one_cuda(ends, &chunk.send, |e| e.1) {
+    if let Some(ctx) = one_cuda(chunk.send.iter().filter_map(|p| ends[p.var].1)) {
         let bufs = staging.buffers(&ctx, chunk.send_len, chunk.recv_len)?;
         let mut io = cuda::DeviceChunks { ends, bufs };
         io.fetch(slot, chunk)?;
@@ -299,7 +290,7 @@ pub(super) fn put_now(
     from: &[u8],
 ) -> Result<bool, Error> {
     #[cfg(feature = "cuda")]
-    if let Some(ctx) = one_cuda(ends, &chunk.recv, |e| e.2) {
+    if let Some(ctx) = one_cuda(chunk.recv.iter().filter_map(|p| ends[p.var].2)) {
         let bufs = staging.buffers(&ctx, chunk.send_len, chunk.recv_len)?;
         let key = cuda::key_of(ends, chunk);
         let slot_bytes =

@@ -15,7 +15,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use smallvec::SmallVec;
 
 use super::chunks::{
-    Chunk, ChunkStaging, Laid, Part, exchange_staged, fetch_now, put_now, reduce_run,
+    Chunk, ChunkStaging, Laid, Part, exchange_staged, fetch_now, put_now, reduce_run, steps,
 };
 pub(in crate::ranks) use super::host::candle;
 use super::host::{Staged, with_bytes};
@@ -230,18 +230,19 @@ struct Host<'a> {
 
 impl Host<'_> {
     /// `spans`' pieces as the parts of one chunk, each `len` bytes of its
-    /// variable's elements; `None` if a piece is not whole elements of
-    /// `F32` or `F64` (a bug). O(spans).
+    /// variable's elements, part `i` the `i`th span's (its `var` is `i`:
+    /// the chunk's tensors are the spans', in order); `None` if a piece is
+    /// not whole elements of `F32` or `F64` (a bug). O(spans).
     fn chunk(&self, spans: &[Span], send: bool) -> Option<Chunk> {
         let mut parts = SmallVec::new();
         let mut len = 0;
-        for s in spans {
+        for (i, s) in spans.iter().enumerate() {
             let size = self.keys[s.var].dtype.bitsize() / 8;
             if size == 0 || s.at % size != 0 || s.len % size != 0 {
                 return None;
             }
             parts.push(Part {
-                var: s.var,
+                var: i,
                 first: s.at / size,
                 n: s.len / size,
                 at: s.to,
@@ -291,8 +292,15 @@ impl Values for Host<'_> {
     /// a page-locked slot (one wait); else one at a time.
     fn read_spans(&mut self, k: usize, spans: &[Span], into: &mut [u8]) -> Result<(), Error> {
         if let Some(chunk) = self.chunk(spans, true) {
-            let ends: Vec<_> = (self.keys.iter().zip(self.sources))
-                .map(|(e, s)| (e.key.as_str(), s.as_ref(), None))
+            // The spans' tensors only: O(spans) per bucket, not O(variables).
+            let ends: Vec<_> = (spans.iter())
+                .map(|s| {
+                    (
+                        self.keys[s.var].key.as_str(),
+                        self.sources[s.var].as_ref(),
+                        None,
+                    )
+                })
                 .collect();
             let len = chunk.send_len;
             if fetch_now(&ends, self.staging, k % 2, &chunk, &mut into[..len])? {
@@ -314,10 +322,10 @@ impl Values for Host<'_> {
             .iter()
             .all(|s| matches!(self.out[s.var], None | Some(Out::Dev(_, Some(_)))));
         if let Some(chunk) = self.chunk(spans, false).filter(|_| on_device) {
-            let ends: Vec<_> = (self.keys.iter().zip(self.out.iter()))
-                .map(|(e, o)| match o {
-                    Some(Out::Dev(_, Some(t))) => (e.key.as_str(), None, Some(t)),
-                    _ => (e.key.as_str(), None, None),
+            let ends: Vec<_> = (spans.iter())
+                .map(|s| match &self.out[s.var] {
+                    Some(Out::Dev(_, Some(t))) => (self.keys[s.var].key.as_str(), None, Some(t)),
+                    _ => (self.keys[s.var].key.as_str(), None, None),
                 })
                 .collect();
             let len = chunk.recv_len;
@@ -698,8 +706,7 @@ impl CandlePlan {
                 }
                 let size = dtype.size_in_bytes();
                 let per = (self.byte_cap / size).clamp(1, laid.len());
-                let mut chunks = (0..laid.len()).step_by(per).map(|at| {
-                    let n = per.min(laid.len() - at);
+                let mut chunks = steps(laid.len(), per).map(|(at, n)| {
                     let parts = laid.slot_parts(at, n, size, 0);
                     let (send, recv) = if me {
                         (parts, SmallVec::new())

@@ -9,7 +9,7 @@ use candle_core::{DType, Tensor, WithDType};
 
 use smallvec::SmallVec;
 
-use super::chunks::{Chunk, ChunkStaging, Laid, exchange_staged};
+use super::chunks::{Chunk, ChunkStaging, Laid, exchange_staged, steps};
 use super::plan::{CandlePlan, candle};
 use crate::ranks::error::Error;
 use crate::ranks::layout::partition::{Partition, Piece};
@@ -148,6 +148,26 @@ impl CandlePlan {
             .collect()
     }
 
+    /// Each of the `ranks` ranks' pieces of `dtype` laid end to end (those
+    /// some rank has a gradient of when `present`), the most elements of
+    /// a rank, and the elements of a chunk of `size`-byte elements (a
+    /// bucket's, at most the most of a rank); `None` when no rank has any.
+    /// O(pieces).
+    fn lanes(
+        &self,
+        ranks: usize,
+        dtype: DType,
+        present: bool,
+        size: usize,
+    ) -> Option<(Vec<Laid>, usize, usize)> {
+        let laid: Vec<Laid> = (0..ranks)
+            .map(|r| Laid::new(self.lane_pieces(r, dtype, present)))
+            .collect();
+        let longest = laid.iter().map(Laid::len).max().unwrap_or(0);
+        let per = (self.byte_cap / size).clamp(1, longest.max(1));
+        (longest > 0).then_some((laid, longest, per))
+    }
+
     /// [`reduce_scatter`](Self::reduce_scatter) of the `dtype` variables:
     /// rank by rank, that rank's pieces laid end to end and reduced to it in
     /// calls of at most a bucket, each chunk gathered from the gradients
@@ -163,21 +183,15 @@ impl CandlePlan {
     ) -> Result<(), Error> {
         let size = std::mem::size_of::<F>();
         let me = comm.rank();
-        let laid: Vec<Laid> = (0..comm.size())
-            .map(|r| Laid::new(self.lane_pieces(r, dtype, true)))
-            .collect();
-        let longest = laid.iter().map(Laid::len).max().unwrap_or(0);
-        if longest == 0 {
+        let Some((laid, _, per)) = self.lanes(comm.size(), dtype, true, size) else {
             return Ok(()); // the same on every rank
-        }
-        let per = (self.byte_cap / size).clamp(1, longest);
+        };
         let keys = self.manifest.entries();
         let ends: Vec<_> = (keys.iter().zip(&self.sources).zip(out))
             .map(|((e, s), o)| (e.key.as_str(), s.as_ref(), o.as_ref()))
             .collect();
         let mut chunks = laid.iter().enumerate().flat_map(|(r, pieces)| {
-            (0..pieces.len()).step_by(per).map(move |at| {
-                let n = per.min(pieces.len() - at);
+            steps(pieces.len(), per).map(move |(at, n)| {
                 let send = pieces.slot_parts(at, n, size, 0);
                 let mine = r == me;
                 Chunk {
@@ -261,21 +275,15 @@ impl CandlePlan {
     ) -> Result<(), Error> {
         let size = std::mem::size_of::<F>();
         let (me, world) = (comm.rank(), comm.size());
-        let laid: Vec<Laid> = (0..world)
-            .map(|r| Laid::new(self.lane_pieces(r, dtype, false)))
-            .collect();
-        let longest = laid.iter().map(Laid::len).max().unwrap_or(0);
-        if longest == 0 {
+        let Some((laid, longest, per)) = self.lanes(world, dtype, false, size) else {
             return Ok(()); // the same on every rank
-        }
-        let per = (self.byte_cap / size).clamp(1, longest);
+        };
         let keys = self.manifest.entries();
         let ends: Vec<_> = (keys.iter().zip(&self.vars))
             .map(|(e, v)| (e.key.as_str(), Some(v.as_tensor()), Some(v.as_tensor())))
             .collect();
         let laid = &laid;
-        let mut chunks = (0..longest).step_by(per).map(|at| {
-            let n = per.min(longest - at);
+        let mut chunks = steps(longest, per).map(|(at, n)| {
             let recv = (0..world)
                 .filter(|&r| r != me)
                 .flat_map(|r| laid[r].slot_parts(at, n, size, r * n * size))
