@@ -14,7 +14,9 @@
 //! deleted scope is stale in both the store and the tree. Default-name
 //! counting itself is `tests/sharing_model.rs`'s job: here the unique name a
 //! scope gets is read back and only checked to have the `name` / `name_N`
-//! form. `PROPTEST_CASES` raises the number of cases.
+//! form. `PROPTEST_CASES` sets the number of cases; by default each
+//! property runs a quarter of its cases in debug (the README's `cargo test`)
+//! and all of them in release (CI's release step).
 
 use std::any::type_name;
 use std::collections::HashMap;
@@ -1098,15 +1100,21 @@ fn run(
     Ok(())
 }
 
-fn cases(default: u32) -> u32 {
+/// `PROPTEST_CASES` if set, else `release` cases in release and a quarter of
+/// them in debug.
+fn cases(release: u32) -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(default)
+        .unwrap_or(if cfg!(debug_assertions) {
+            release / 4
+        } else {
+            release
+        })
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(1000), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(2000), ..ProptestConfig::default() })]
 
     #[test]
     fn store_matches_a_model_of_full_names(ops in program()) {
@@ -1131,7 +1139,7 @@ fn holds_f32(i: usize) -> bool {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(256), ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: cases(512), ..ProptestConfig::default() })]
 
     /// `get_variable` finds a variable of a scope with few variables by
     /// comparing texts, and of a wider one by symbol. Names of one or two
