@@ -20,9 +20,10 @@
 //! every load reads from the page cache. Medians are printed, with each
 //! variant's ratio to scopetree's sharded load.
 //!
-//! Each child runs twice. Code cold: the measured load is the first the
-//! process makes, so the pages of the loader's code (file-backed, shared,
-//! evictable) come into its RSS during the load and count in the peak.
+//! Each load runs in two children. Code cold: the measured load is the
+//! first the process makes, so the pages of the loader's code (file-backed,
+//! shared, evictable) come into its RSS during the load and count in the
+//! peak.
 //! Code warm: the child first loads a 1 MiB model saved the same way
 //! (tensors of 64 KiB, under the allocator's memory-map threshold), then
 //! measures; the peak is then the memory the load itself holds. The child
