@@ -428,6 +428,48 @@ fn bytes_that_fail_their_checksum_in_the_first_shard_change_nothing() {
     assert!(err.to_string().contains("the module is as it was"), "{err}");
 }
 
+/// The keys of the one-file checkpoint at `path`, in the order of their
+/// bytes in the file, with where their bytes start in it.
+fn keys_in_file_order(path: &Path) -> Vec<(String, usize)> {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let mut keys: Vec<(String, usize)> = (header.as_object().unwrap().iter())
+        .filter(|(k, _)| *k != "__metadata__")
+        .map(|(k, v)| {
+            let begin = v["data_offsets"][0].as_u64().unwrap() as usize;
+            (k.clone(), 8 + n + begin)
+        })
+        .collect();
+    keys.sort_by_key(|(_, at)| *at);
+    keys
+}
+
+/// With several tensors of one file failing their checksums, the error
+/// names the first in the file, whichever check ends first (the checks run
+/// on a second thread, behind the reads).
+#[test]
+fn of_two_bad_tensors_in_one_file_the_first_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("net.safetensors");
+    Net::new(1.0, &device())
+        .save_into(&mut CheckpointStore::from_file(&path))
+        .unwrap();
+    let keys = keys_in_file_order(&path);
+    assert!(keys.len() >= 3, "{keys:?}");
+    let mut bytes = std::fs::read(&path).unwrap();
+    for (_, at) in [&keys[1], &keys[keys.len() - 1]] {
+        bytes[*at] ^= 0x40;
+    }
+    std::fs::write(&path, bytes).unwrap();
+    let err = fails_unchanged(&mut CheckpointStore::from_file(&path));
+    let Error::Data { key, reason, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(key, &keys[1].0, "{err}");
+    assert!(reason.contains("xxh3"), "{err}");
+}
+
 #[test]
 fn a_failure_in_a_later_shard_is_rolled_back_with_rollback() {
     let dir = tempfile::tempdir().unwrap();

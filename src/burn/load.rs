@@ -1,7 +1,7 @@
 //! A load: the checkpoint opened and every header checked, the module
 //! matched against it (nothing read, nothing changed), then each shard
-//! read whole, checked against its checksums, and applied through
-//! burn-store's applier.
+//! read whole, checked against its checksums (on a second thread, a tensor
+//! behind the reads), and applied through burn-store's applier.
 
 use std::sync::Mutex;
 
@@ -76,18 +76,39 @@ impl Aligned {
 /// Reads tensor `i` of `opened` (its bytes as the file holds them) and
 /// checks them against the checksum its file records, if any. O(bytes).
 pub(crate) fn read_checked(opened: &Opened, i: usize) -> Result<Aligned, (String, String)> {
-    let (part, t) = &opened.tensors[i];
-    let file = opened.parts[*part].path.to_string_lossy().into_owned();
-    let len = usize::try_from(t.end - t.begin).map_err(|e| (file.clone(), e.to_string()))?;
+    let buf = read_raw(opened, i)?;
+    verify(opened, i, &buf)?;
+    Ok(buf)
+}
+
+/// The name errors give the file of tensor `i`. O(path).
+fn file_of(opened: &Opened, i: usize) -> String {
+    opened.parts[opened.tensors[i].0]
+        .path
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Reads tensor `i` of `opened`, its bytes as the file holds them, into a
+/// buffer aligned for its elements; checks nothing. O(bytes).
+fn read_raw(opened: &Opened, i: usize) -> Result<Aligned, (String, String)> {
+    let t = &opened.tensors[i].1;
+    let len = usize::try_from(t.end - t.begin).map_err(|e| (file_of(opened, i), e.to_string()))?;
     let mut buf = Aligned::zeroed(t.dtype.bitsize(), len);
     if let Err(e) = opened.read_into(i, buf.bytes_mut()) {
-        return Err((file, cut(&e.to_string())));
+        return Err((file_of(opened, i), cut(&e.to_string())));
     }
+    Ok(buf)
+}
+
+/// Checks the bytes `buf` of tensor `i` against the checksum its file
+/// records, if any. O(bytes).
+fn verify(opened: &Opened, i: usize, buf: &Aligned) -> Result<(), (String, String)> {
     if let Some((want, _)) = opened.checksum(i) {
         let got = format!("{:032x}", xxhash_rust::xxh3::xxh3_128(buf.bytes()));
         if !got.eq_ignore_ascii_case(want) {
             return Err((
-                file,
+                file_of(opened, i),
                 format!(
                     "its bytes have xxh3-128 {got}, the save recorded {}",
                     short::name(want)
@@ -95,7 +116,53 @@ pub(crate) fn read_checked(opened: &Opened, i: usize) -> Result<Aligned, (String
             ));
         }
     }
-    Ok(buf)
+    Ok(())
+}
+
+/// The failure of the `k`-th tensor of a shard: its file and why.
+type Failed = (usize, String, String);
+
+/// Reads the tensors of `steps` (one shard's, in file order) and checks
+/// their checksums, the checks on a second thread one tensor behind the
+/// reads, so that hashing a tensor overlaps reading the next. Returns the
+/// buffers in the order of `steps`, or the first failure in that order.
+/// O(bytes); holds the shard's buffers (the caller holds them anyway) and
+/// at most two more in flight.
+fn read_shard(opened: &Opened, steps: &[Step]) -> Result<Vec<Aligned>, Failed> {
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Aligned)>(1);
+        let checker = s.spawn(move || {
+            let mut out = Vec::with_capacity(steps.len());
+            for (k, buf) in rx {
+                verify(opened, steps[k].tensor, &buf).map_err(|(f, r)| (k, f, r))?;
+                out.push(buf);
+            }
+            Ok::<_, Failed>(out)
+        });
+        let mut unread = None;
+        for (k, step) in steps.iter().enumerate() {
+            match read_raw(opened, step.tensor) {
+                // A closed channel: the checker stopped at a failure.
+                Ok(buf) => {
+                    if tx.send((k, buf)).is_err() {
+                        break;
+                    }
+                }
+                Err((f, r)) => {
+                    unread = Some((k, f, r));
+                    break;
+                }
+            }
+        }
+        drop(tx);
+        let checked = checker
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        // The checker saw only tensors before a failed read: its failure
+        // comes first.
+        let out = checked?;
+        unread.map_or(Ok(out), Err)
+    })
 }
 
 /// A tensor whose bytes are in hand, handed to burn once.
@@ -189,16 +256,16 @@ impl CheckpointStore {
                     .iter()
                     .take_while(|s| opened.tensors[s.tensor].0 == part)
                     .count();
-            let mut batch = Vec::with_capacity(end - at);
-            for step in &steps[at..end] {
-                match self.prepare(&opened, step) {
-                    Ok(t) => batch.push(t),
-                    Err((file, reason)) => {
-                        let key = opened.tensors[step.tensor].1.key.clone();
-                        return Err(self.fail(module, old, changed, file, key, reason));
-                    }
+            let bufs = match read_shard(&opened, &steps[at..end]) {
+                Ok(bufs) => bufs,
+                Err((k, file, reason)) => {
+                    let key = opened.tensors[steps[at + k].tensor].1.key.clone();
+                    return Err(self.fail(module, old, changed, file, key, reason));
                 }
-            }
+            };
+            let batch: Vec<PackTensor> = (steps[at..end].iter().zip(bufs))
+                .map(|(step, buf)| self.prepare(&opened, step, buf))
+                .collect();
             let adapter = self.from_adapter.as_ref().map(|a| a.clone_box());
             let result = module.apply(batch, None, adapter, self.skip_enum_variants);
             changed = changed || !result.applied.is_empty();
@@ -219,10 +286,10 @@ impl CheckpointStore {
         })
     }
 
-    /// The tensor of `step`, read, checked and converted, for burn.
-    fn prepare(&self, opened: &Opened, step: &Step) -> Result<PackTensor, (String, String)> {
+    /// The tensor of `step`, read and checked into `buf`, converted, for
+    /// burn.
+    fn prepare(&self, opened: &Opened, step: &Step, mut buf: Aligned) -> PackTensor {
         let (part, t) = &opened.tensors[step.tensor];
-        let mut buf = read_checked(opened, step.tensor)?;
         if let Some(to) = step.convert_to {
             let converted = convert_floats(t.dtype, to, buf.bytes());
             buf = Aligned::copied(to.bitsize(), &converted);
@@ -236,13 +303,13 @@ impl CheckpointStore {
         } else {
             None
         };
-        Ok(once(
+        once(
             step.path.clone(),
             step,
             t.shape.clone(),
             id,
             buf.into_bytes(),
-        ))
+        )
     }
 
     /// The error of a load that failed reading `key` of `file`: the module
