@@ -37,8 +37,9 @@ pub(crate) enum Target {
 ///   [`allow_missing`](Self::allow_missing) and
 ///   [`allow_unused`](Self::allow_unused) relax it as in
 ///   [`LoadOptions`](crate::checkpoint::LoadOptions). Shards are then read
-///   one at a time, each checked against its checksums before any of its
-///   tensors is applied: memory is the module plus one shard.
+///   one at a time, each checked against its checksums (on a second thread,
+///   overlapping the reads) before any of its tensors is applied: memory is
+///   the module plus one shard.
 /// - **Names**: a [`PathFilter`], [`KeyRemapper`] patterns and the
 ///   adapters of burn-store ([`PyTorchToBurnAdapter`](burn_store::PyTorchToBurnAdapter))
 ///   work as in burn-store's `SafetensorsStore`.
