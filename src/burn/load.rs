@@ -1,7 +1,8 @@
 //! A load: the checkpoint opened and every header checked, the module
 //! matched against it (nothing read, nothing changed), then each shard
-//! read whole, checked against its checksums (on a second thread, a tensor
-//! behind the reads), and applied through burn-store's applier.
+//! read whole, checked against its checksums and converted (on a second
+//! thread, a tensor behind the reads), and applied through burn-store's
+//! applier.
 
 use std::sync::Mutex;
 
@@ -122,12 +123,26 @@ fn verify(opened: &Opened, i: usize, buf: &Aligned) -> Result<(), (String, Strin
 /// The failure of the `k`-th tensor of a shard: its file and why.
 type Failed = (usize, String, String);
 
-/// Reads the tensors of `steps` (one shard's, in file order) and checks
-/// their checksums, the checks on a second thread one tensor behind the
-/// reads, so that hashing a tensor overlaps reading the next. Returns the
-/// buffers in the order of `steps`, or the first failure in that order.
-/// O(bytes); holds the shard's buffers (the caller holds them anyway) and
-/// at most two more in flight.
+/// `buf`, the bytes of `step`'s tensor as the file holds them, in the
+/// dtype `step` hands to burn (the raw buffer dropped once converted).
+/// O(bytes).
+fn converted(opened: &Opened, step: &Step, buf: Aligned) -> Aligned {
+    match step.convert_to {
+        Some(to) => {
+            let from = opened.tensors[step.tensor].1.dtype;
+            Aligned::copied(to.bitsize(), &convert_floats(from, to, buf.bytes()))
+        }
+        None => buf,
+    }
+}
+
+/// Reads the tensors of `steps` (one shard's, in file order), checks their
+/// checksums and converts them ([`converted`]), the checks and conversions
+/// on a second thread one tensor behind the reads, so that hashing a
+/// tensor overlaps reading the next. Returns the buffers for burn in the
+/// order of `steps`, or the first failure in that order. O(bytes); holds
+/// the shard's converted buffers (the caller holds them anyway) and at
+/// most three raw ones in flight.
 fn read_shard(opened: &Opened, steps: &[Step]) -> Result<Vec<Aligned>, Failed> {
     std::thread::scope(|s| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Aligned)>(1);
@@ -135,7 +150,7 @@ fn read_shard(opened: &Opened, steps: &[Step]) -> Result<Vec<Aligned>, Failed> {
             let mut out = Vec::with_capacity(steps.len());
             for (k, buf) in rx {
                 verify(opened, steps[k].tensor, &buf).map_err(|(f, r)| (k, f, r))?;
-                out.push(buf);
+                out.push(converted(opened, &steps[k], buf));
             }
             Ok::<_, Failed>(out)
         });
@@ -286,14 +301,10 @@ impl CheckpointStore {
         })
     }
 
-    /// The tensor of `step`, read and checked into `buf`, converted, for
-    /// burn.
-    fn prepare(&self, opened: &Opened, step: &Step, mut buf: Aligned) -> PackTensor {
+    /// The tensor of `step` for burn, its bytes `buf` read, checked and
+    /// converted ([`read_shard`]).
+    fn prepare(&self, opened: &Opened, step: &Step, buf: Aligned) -> PackTensor {
         let (part, t) = &opened.tensors[step.tensor];
-        if let Some(to) = step.convert_to {
-            let converted = convert_floats(t.dtype, to, buf.bytes());
-            buf = Aligned::copied(to.bitsize(), &converted);
-        }
         let id = if self.param_ids {
             opened.parts[*part]
                 .metadata
