@@ -21,7 +21,7 @@
 //!
 //! Size: `PROPTEST_CASES` sets the number of cases (default
 //! [`DEFAULT_CASES`]: 150 in debug, about 18 s on a 2-core machine, for the
-//! README's `cargo test`; 1,600 in release, about 19 s, for CI's release
+//! README's `cargo test`; 1,600 in release, about 23 s, for CI's release
 //! step, which runs the long property runs);
 //! each case is up to [`MAX_OPS`] operations. Run with `--nocapture` to see
 //! the closing tally (cases, operations, stale-after-reuse checks, ...).

@@ -2,13 +2,14 @@
 //! chunk at a time through host staging, two chunks in flight: the
 //! all-reduce of a run of large gradients, ZeRO's reduce-scatter and
 //! all-gather, and the broadcast; and the fused buckets' pieces copied
-//! together ([`fetch_now`], [`put_now`]). A chunk gathers parts of one or more tensors into a send
-//! slot, is exchanged over MPI into a receive slot, and its receive slot's
-//! parts go back to tensors. On a CUDA device (feature `cuda`) the staging
-//! is page-locked and the copies are asynchronous on the tensors' stream,
-//! so the copies of chunk `k + 1` to the host and of chunk `k - 1`'s
-//! results back to the device run while chunk `k` is exchanged. The
-//! staging is four chunks (two each way), never a variable.
+//! together ([`fetch_now`], [`put_now`]). A chunk gathers parts of one or
+//! more tensors into a send slot, is exchanged over MPI into a receive
+//! slot, and its receive slot's parts go back to tensors. On a CUDA device
+//! (feature `cuda`) the staging is page-locked and the copies are
+//! asynchronous on the tensors' stream, so the copies of chunk `k + 1` to
+//! the host and of chunk `k - 1`'s results back to the device run while
+//! chunk `k` is exchanged. The staging is four chunks (two each way), never
+//! a variable.
 
 use candle_core::Tensor;
 use smallvec::SmallVec;
