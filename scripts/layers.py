@@ -37,7 +37,8 @@ import sys
 LAYERS = [
     ("arena", ["arena"]),
     ("tree and its helpers", ["layer_api", "tree", "vars", "lookup", "value", "traverse", "dump", "names",
-                              "error", "short", "entry", "resolver", "diagnostics", "step", "workers"]),
+                              "error", "short", "entry", "resolver", "diagnostics", "step", "workers",
+                              "threads"]),
     ("sharing", ["sharing"]),
     ("checkpoint", ["checkpoint"]),
     ("candle", ["candle"]),

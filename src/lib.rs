@@ -87,6 +87,7 @@ mod resolver;
 pub mod sharing;
 mod short;
 mod step;
+mod threads;
 mod traverse;
 mod tree;
 mod value;

@@ -142,18 +142,27 @@ fn converted(opened: &Opened, step: &Step, buf: Aligned) -> Aligned {
 /// tensor overlaps reading the next. Returns the buffers for burn in the
 /// order of `steps`, or the first failure in that order. O(bytes); holds
 /// the shard's converted buffers (the caller holds them anyway) and at
-/// most three raw ones in flight.
+/// most three raw ones in flight. With nothing to overlap (one tensor, or
+/// none to check or convert), or when the system refuses the thread, the
+/// caller's thread does it all ([`read_shard_here`]).
 fn read_shard(opened: &Opened, steps: &[Step]) -> Result<Vec<Aligned>, Failed> {
+    let busy = |s: &Step| s.convert_to.is_some() || opened.checksum(s.tensor).is_some();
+    if steps.len() < 2 || !steps.iter().any(busy) {
+        return read_shard_here(opened, steps);
+    }
     std::thread::scope(|s| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Aligned)>(1);
-        let checker = s.spawn(move || {
+        let check = move |rx: std::sync::mpsc::Receiver<(usize, Aligned)>| {
             let mut out = Vec::with_capacity(steps.len());
             for (k, buf) in rx {
                 verify(opened, steps[k].tensor, &buf).map_err(|(f, r)| (k, f, r))?;
                 out.push(converted(opened, &steps[k], buf));
             }
             Ok::<_, Failed>(out)
-        });
+        };
+        let Ok(checker) = crate::threads::spawn_scoped(s, "scopetree-burn-check", rx, check) else {
+            return read_shard_here(opened, steps);
+        };
         let mut unread = None;
         for (k, step) in steps.iter().enumerate() {
             match read_raw(opened, step.tensor) {
@@ -178,6 +187,19 @@ fn read_shard(opened: &Opened, steps: &[Step]) -> Result<Vec<Aligned>, Failed> {
         let out = checked?;
         unread.map_or(Ok(out), Err)
     })
+}
+
+/// [`read_shard`] on the caller's thread alone: each tensor read, checked
+/// and converted in turn. O(bytes).
+fn read_shard_here(opened: &Opened, steps: &[Step]) -> Result<Vec<Aligned>, Failed> {
+    steps
+        .iter()
+        .enumerate()
+        .map(|(k, step)| {
+            let buf = read_checked(opened, step.tensor).map_err(|(f, r)| (k, f, r))?;
+            Ok(converted(opened, step, buf))
+        })
+        .collect()
 }
 
 /// A tensor whose bytes are in hand, handed to burn once.
@@ -348,5 +370,85 @@ impl CheckpointStore {
             reason,
             rolled_back,
         }
+    }
+}
+
+#[cfg(all(test, feature = "burn-ndarray"))]
+mod tests {
+    use burn_core as burn;
+    use burn_core::module::{Module, Param, ParamId};
+    use burn_core::tensor::{Device, Tensor, TensorData};
+    use burn_store::ModuleSnapshot;
+
+    use crate::burn::{CheckpointStore, Error};
+
+    #[derive(Module, Debug)]
+    struct Three {
+        a: Param<Tensor<1>>,
+        b: Param<Tensor<1>>,
+        c: Param<Tensor<1>>,
+    }
+
+    fn three(x: f32) -> Three {
+        let d = Device::default();
+        let p = |k: f32| {
+            let v: Vec<f32> = (0..64).map(|i| x * (k + i as f32)).collect();
+            Param::initialized(
+                ParamId::new(),
+                Tensor::from_data(TensorData::new(v, [64]), &d),
+            )
+        };
+        Three {
+            a: p(1.0),
+            b: p(2.0),
+            c: p(3.0),
+        }
+    }
+
+    fn values(m: &Three) -> Vec<Vec<f32>> {
+        [&m.a, &m.b, &m.c]
+            .map(|p| p.val().into_data().try_to_vec::<f32>().unwrap())
+            .to_vec()
+    }
+
+    /// Where each tensor's bytes start in the file, in file order.
+    fn starts(bytes: &[u8]) -> Vec<(String, usize)> {
+        let (n, meta) = safetensors::SafeTensors::read_metadata(bytes).unwrap();
+        let mut at: Vec<_> = (meta.tensors().into_iter())
+            .map(|(k, info)| (k, 8 + n + info.data_offsets.0))
+            .collect();
+        at.sort_by_key(|(_, a)| *a);
+        at
+    }
+
+    #[test]
+    fn a_load_refused_its_checking_thread_reads_and_checks_on_the_callers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("three.safetensors");
+        three(1.0)
+            .save_into(&mut CheckpointStore::from_file(&path))
+            .unwrap();
+        let load = |m: &mut Three| {
+            crate::threads::refusing(|| m.load_from(&mut CheckpointStore::from_file(&path)))
+        };
+        let mut m = three(0.0);
+        load(&mut m).unwrap();
+        assert_eq!(values(&m), values(&three(1.0)));
+
+        // Two bad tensors: the first in the file is named, nothing changes.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = starts(&bytes);
+        for (_, a) in &at[1..] {
+            bytes[*a] ^= 0x40;
+        }
+        std::fs::write(&path, bytes).unwrap();
+        let mut m = three(0.0);
+        let err = load(&mut m).unwrap_err();
+        let Error::Data { key, reason, .. } = &err else {
+            panic!("{err}")
+        };
+        assert_eq!(key, &at[1].0, "{err}");
+        assert!(reason.contains("xxh3"), "{err}");
+        assert_eq!(values(&m), values(&three(0.0)));
     }
 }

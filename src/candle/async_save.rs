@@ -105,8 +105,8 @@ pub struct Staging {
     /// copying the variables on the host).
     pub blocked: Duration,
     /// Whether the save ran beside training (`false`: the state exceeded
-    /// the staging budget, and the save was written before the call
-    /// returned).
+    /// the staging budget, or the system refused the writer's thread, and
+    /// the save was written before the call returned).
     pub in_background: bool,
 }
 
@@ -223,7 +223,9 @@ impl AsyncSaver {
     /// The save in progress's error, if it failed (nothing new is started
     /// then); [`Error::Checkpoint`] or [`Error::Candle`] when a variable
     /// cannot be staged (nothing is written then); as
-    /// [`CandleStore::save_sharded`] for a save over the budget.
+    /// [`CandleStore::save_sharded`] for a save over the budget; the
+    /// write's own error for a save written in the call because the system
+    /// refused the writer's thread.
     pub fn save_sharded(
         &mut self,
         stores: &[(&CandleStore, PathBuf)],
@@ -301,11 +303,26 @@ impl AsyncSaver {
             #[cfg(feature = "cuda")]
             timer,
         };
-        self.writer = Some(std::thread::spawn(move || write(arena, job)));
+        let in_background =
+            match crate::threads::spawn("scopetree-save", (arena, job), |(a, j)| write(a, j)) {
+                Ok(h) => {
+                    self.writer = Some(h);
+                    true
+                }
+                // The system refused the writer's thread: the save is written
+                // here, before the call returns.
+                Err((arena, job)) => {
+                    let (arena, copy_time, done) = write(arena, job);
+                    self.arena = Some(arena);
+                    self.copy_time = copy_time;
+                    done?;
+                    false
+                }
+            };
         Ok(Staging {
             bytes: total as u64,
             blocked: t0.elapsed(),
-            in_background: true,
+            in_background,
         })
     }
 
@@ -434,4 +451,53 @@ fn write(mut arena: Arena, job: Job) -> Written {
 fn save_dir(staged: &[Staged<'_>], dir: &Path, opts: &SaveOptions) -> Result<SaveReport, Error> {
     let opts = opts.clone().separator(checkpoint::Separator::Dot);
     Ok(checkpoint::save_staged_sharded(staged, dir, &opts)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device};
+
+    use super::AsyncSaver;
+    use crate::candle::CandleStore;
+    use crate::checkpoint::{LoadOptions, SaveOptions};
+
+    fn values(store: &CandleStore) -> Vec<(String, Vec<f32>)> {
+        let vars = store.named_vars().unwrap();
+        vars.into_iter()
+            .map(|(k, v)| (k, v.as_tensor().flatten_all().unwrap().to_vec1().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn a_save_refused_its_writers_thread_is_written_in_the_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = CandleStore::new();
+        let vb = store.var_builder(DType::F32, &Device::Cpu);
+        candle_nn::linear(4, 3, vb.pp("fc")).unwrap();
+        let mut saver = AsyncSaver::new(64 << 20);
+        let save = |saver: &mut AsyncSaver, to: &str| {
+            let stores = [(&store, dir.path().join(to))];
+            crate::threads::refusing(|| saver.save_sharded(&stores, &SaveOptions::new()))
+        };
+
+        let staged = save(&mut saver, "one").unwrap();
+        assert!(!staged.in_background);
+        assert!(!saver.is_pending());
+        assert!(saver.wait().unwrap().is_none());
+        assert!(
+            saver.staging_bytes() > 0,
+            "the buffer is kept for the next save"
+        );
+        let back = CandleStore::new();
+        back.load(dir.path().join("one"), &LoadOptions::new().create(true))
+            .unwrap();
+        assert_eq!(values(&back), values(&store));
+
+        // A write that fails in the call is the call's error.
+        std::fs::write(dir.path().join("file"), b"not a directory").unwrap();
+        assert!(save(&mut saver, "file").is_err());
+        assert!(!saver.is_pending());
+        assert!(!save(&mut saver, "two").unwrap().in_background);
+        assert!(dir.path().join("two/model.safetensors.index.json").exists());
+    }
 }

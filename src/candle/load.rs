@@ -637,3 +637,94 @@ fn staged_load(
     }
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device, Tensor};
+
+    use crate::candle::CandleStore;
+    use crate::checkpoint::{FloatDtype, LoadOptions, SaveOptions};
+
+    fn values(store: &CandleStore) -> Vec<(String, Vec<f32>)> {
+        let vars = store.named_vars().unwrap();
+        vars.into_iter()
+            .map(|(k, v)| {
+                let t = v.as_tensor().to_dtype(DType::F32).unwrap();
+                (k, t.flatten_all().unwrap().to_vec1().unwrap())
+            })
+            .collect()
+    }
+
+    /// A sharded checkpoint (with checksums) of a 3 MiB tensor (split
+    /// among readers) and two small ones, and the store saved.
+    fn saved(path: &std::path::Path) -> CandleStore {
+        let store = CandleStore::new();
+        let vb = store.var_builder(DType::F32, &Device::Cpu);
+        for (name, n) in [("a", 7), ("big", 3 << 18), ("z", 5)] {
+            vb.get(n, name).unwrap();
+            let x = Tensor::arange(0_u32, n as u32, &Device::Cpu).unwrap();
+            let x = (x.to_dtype(DType::F32).unwrap() * 0.25).unwrap();
+            store.var(name).unwrap().unwrap().set(&x).unwrap();
+        }
+        let mut meta = std::collections::HashMap::new();
+        for (k, v) in store.named_vars().unwrap() {
+            let mut bytes = Vec::new();
+            crate::checkpoint::Checkpointable::write_le(&v, 1 << 20, &mut |p| {
+                bytes.extend_from_slice(p);
+                Ok(())
+            })
+            .unwrap();
+            let sum = xxhash_rust::xxh3::xxh3_128(&bytes);
+            meta.insert(format!("scopetree_xxh3/{k}"), format!("{sum:032x}"));
+        }
+        let opts = SaveOptions::new().metadata(meta);
+        store.save_sharded(path, &opts).unwrap();
+        store
+    }
+
+    #[test]
+    fn loads_refused_their_threads_read_and_check_on_the_callers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m");
+        let store = saved(&path);
+        // `load_on` reads now (a plain `load` of new variables waits for
+        // the model's first `get`).
+        let refused = |store: &CandleStore, opts: &LoadOptions| {
+            let opts = opts.clone().readers(4);
+            crate::threads::refusing(|| store.load_on(&path, &opts, &Device::Cpu))
+        };
+        // Read straight into new variables, and converted through staging
+        // buffers of a few windows.
+        let direct = LoadOptions::new().create(true);
+        let back = CandleStore::new();
+        refused(&back, &direct).unwrap();
+        assert_eq!(values(&back), values(&store));
+        let staged = direct
+            .clone()
+            .create_floats_as(FloatDtype::BF16)
+            .staging_budget(2 << 20);
+        let (plain, halves) = (CandleStore::new(), CandleStore::new());
+        plain.load_on(&path, &staged, &Device::Cpu).unwrap();
+        refused(&halves, &staged).unwrap();
+        assert_eq!(values(&halves), values(&plain));
+
+        // A bad byte in the big tensor: each load names it, and the strict
+        // load into existing variables (checked before it writes) changes
+        // nothing.
+        let shard = std::fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .max_by_key(|p| p.metadata().unwrap().len())
+            .unwrap();
+        let mut bytes = std::fs::read(&shard).unwrap();
+        let n = bytes.len();
+        bytes[n - 4096] ^= 0x10;
+        std::fs::write(&shard, bytes).unwrap();
+        for (into, opts) in [(CandleStore::new(), &staged), (back, &LoadOptions::new())] {
+            let before = values(&into);
+            let err = refused(&into, opts).unwrap_err().to_string();
+            assert!(err.contains("big"), "{err}");
+            assert_eq!(values(&into), before);
+        }
+    }
+}

@@ -27,6 +27,7 @@
 //! threads can never race.
 
 use std::any::Any;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::thread;
 
@@ -218,6 +219,9 @@ impl ScopeTree {
     /// [`WorkerScope`] (see [`split_workers`](Self::split_workers)), and
     /// returns the results in the order of `scopes`. Worker 0 runs on the
     /// calling thread, the others on scoped threads spawned for this call.
+    /// A worker whose thread the system refuses (out of threads or memory)
+    /// runs on the calling thread too, after worker 0: the call still
+    /// completes, only with less parallelism.
     ///
     /// O(the split) plus one thread spawn per worker after the first (tens of
     /// microseconds each): call it once per batch.
@@ -227,8 +231,9 @@ impl ScopeTree {
     /// come back inside the results.
     ///
     /// # Panics
-    /// If `f` panics in a worker, the panic is resumed on the calling thread
-    /// once every worker has finished.
+    /// If `f` panics in a worker, the panic (the first in the order of
+    /// `scopes`) is resumed on the calling thread once every worker has
+    /// finished.
     ///
     /// ```
     /// use scopetree::ScopeTree;
@@ -258,11 +263,22 @@ impl ScopeTree {
         let f = &f;
         let mut out = Vec::with_capacity(scopes.len());
         thread::scope(|s| {
-            let handles: Vec<_> = rest.map(|w| s.spawn(move || f(w))).collect();
-            out.extend(first.map(f));
+            // A worker the system refuses a thread runs here, after the
+            // first, in its place in the results.
+            let runs: Vec<_> = rest
+                .map(|w| crate::threads::spawn_scoped(s, "scopetree-worker", w, f))
+                .collect();
+            let run_here = |w| std::panic::catch_unwind(AssertUnwindSafe(|| f(w)));
             let mut panic = None;
-            for h in handles {
-                match h.join() {
+            let outcomes = first
+                .map(run_here)
+                .into_iter()
+                .chain(runs.into_iter().map(|run| match run {
+                    Ok(h) => h.join(),
+                    Err(w) => run_here(w),
+                }));
+            for outcome in outcomes {
+                match outcome {
                     Ok(r) => out.push(r),
                     Err(p) => panic = panic.or(Some(p)),
                 }
@@ -656,5 +672,46 @@ impl<'t> WorkerScope<'t> {
             .workers
             .iter()
             .map(move |&k| ScopeId::new(k, tag))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::tree::ScopeTree;
+
+    #[test]
+    fn workers_refused_a_thread_run_on_the_calling_thread_in_their_places() {
+        let mut tree = ScopeTree::new();
+        let root = tree.root();
+        let scopes: Vec<_> = (0..4).map(|_| tree.new_scope(root).unwrap()).collect();
+        let outs: Vec<_> = scopes
+            .iter()
+            .map(|&s| tree.var(s, "out").unwrap())
+            .collect();
+        let here = std::thread::current().id();
+        let results = crate::threads::refusing(|| {
+            tree.run_workers(&scopes, |mut w| {
+                w.set(outs[w.index()], w.index() as u64 * 10).unwrap();
+                (w.index(), std::thread::current().id() == here)
+            })
+        })
+        .unwrap();
+        assert_eq!(results, [(0, true), (1, true), (2, true), (3, true)]);
+        for (k, &o) in outs.iter().enumerate() {
+            assert_eq!(*tree.get::<u64>(o).unwrap(), k as u64 * 10);
+        }
+
+        // A panic in the first worker is resumed once the others have run.
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            crate::threads::refusing(|| {
+                tree.run_workers(&scopes, |mut w| {
+                    assert_ne!(w.index(), 0, "worker 0 fails");
+                    w.set(outs[w.index()], 7_u64).unwrap();
+                })
+            })
+        }));
+        assert!(caught.is_err());
+        let after: Vec<u64> = outs.iter().map(|&o| *tree.get::<u64>(o).unwrap()).collect();
+        assert_eq!(after, [0, 7, 7, 7]);
     }
 }

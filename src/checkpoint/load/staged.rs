@@ -297,10 +297,21 @@ pub(crate) fn read_staged<B: Staging, S: Sink<B>>(
     let outcome = std::thread::scope(|s| {
         let (to_hasher, hasher_rx) = mpsc::channel::<(B, Vec<Piece>)>();
         let (back, back_rx) = mpsc::channel::<B>();
-        let hasher = verify.then(|| {
-            let failed = &failed;
-            s.spawn(move || hash_windows(jobs, parts, hasher_rx, back, failed))
-        });
+        // The checksums are checked on a thread of their own, beside the
+        // reads; if the system refuses it, here, after each window's reads.
+        let failed_ref = &failed;
+        let mut hash_here: Option<Option<(usize, Xxh3)>> = None;
+        let hasher = if verify {
+            let spawned = crate::threads::spawn_scoped(
+                s,
+                "scopetree-hash",
+                (hasher_rx, back),
+                move |(rx, back)| hash_windows(jobs, parts, rx, back, failed_ref),
+            );
+            spawned.map_err(|_| hash_here = Some(None)).ok()
+        } else {
+            None
+        };
         let mut first_err: Option<Failed> = None;
         let mut out_at_hasher = 0_usize;
         // A slow first window means the files come from the disk: a
@@ -337,7 +348,12 @@ pub(crate) fn read_staged<B: Staging, S: Sink<B>>(
                 let rate = used as f64 / t_read.elapsed().as_secs_f64().max(1e-9);
                 if w == 0 && prefetch.is_none() && plan.len() > 2 && rate < COLD_RATE {
                     let (plan, reached, stop) = (&plan, &reached, &stop);
-                    prefetch = Some(s.spawn(move || read_ahead(parts, jobs, plan, reached, stop)));
+                    // Refused a thread, the load reads without one.
+                    prefetch =
+                        crate::threads::spawn_scoped(s, "scopetree-read-ahead", (), move |()| {
+                            read_ahead(parts, jobs, plan, reached, stop);
+                        })
+                        .ok();
                 }
                 let t = trace.now();
                 for p in window {
@@ -357,7 +373,15 @@ pub(crate) fn read_staged<B: Staging, S: Sink<B>>(
                 free.push_back(buf);
                 break;
             }
-            if verify && window.iter().any(|p| jobs[p.job].checksum.is_some()) {
+            let checked = verify && window.iter().any(|p| jobs[p.job].checksum.is_some());
+            if let (true, Some(state)) = (checked, hash_here.as_mut()) {
+                let hashed = hash_window(jobs, parts, &mut buf, window, state);
+                free.push_back(buf);
+                if let Err(e) = hashed {
+                    first_err = Some(e);
+                    break;
+                }
+            } else if checked {
                 out_at_hasher += 1;
                 if let Err(mpsc::SendError((b, _))) = to_hasher.send((buf, window.clone())) {
                     out_at_hasher -= 1;
@@ -507,7 +531,10 @@ fn read_window(
     // Pieces of about a quarter of a reader's share (at least 1 MiB), taken
     // by whichever reader is free: no reader waits for a slow one's share.
     let per = used.div_ceil(n * 4).max(MIN_READ).next_multiple_of(4096);
-    let pool = readers_pool(n)?;
+    let Some(pool) = readers_pool(n) else {
+        // Refused the reader threads, this one reads the window.
+        return read_range(parts, jobs, window, 0..used, &mut bytes[..used]);
+    };
     pool.install(|| {
         use rayon::prelude::*;
         bytes[..used]
@@ -523,23 +550,25 @@ fn read_window(
 /// A pool of `n` reader threads, made once per thread count and kept for
 /// the process (making threads per window costs more than a window's
 /// reads).
-fn readers_pool(n: usize) -> Result<std::sync::Arc<rayon::ThreadPool>, Error> {
+/// `None` when the system refuses the threads.
+fn readers_pool(n: usize) -> Option<std::sync::Arc<rayon::ThreadPool>> {
     use std::sync::{Arc, Mutex, PoisonError};
     static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
+    if crate::threads::refused() {
+        return None;
+    }
     let mut pools = POOLS.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some((_, p)) = pools.iter().find(|(k, _)| *k == n) {
-        return Ok(Arc::clone(p));
+        return Some(Arc::clone(p));
     }
     let p = rayon::ThreadPoolBuilder::new()
         .num_threads(n)
         .thread_name(|i| format!("scopetree-reader-{i}"))
         .build()
-        .map_err(|e| Error::BadTensor {
-            reason: format!("cannot start {n} reader threads: {e}"),
-        })?;
+        .ok()?;
     let p = Arc::new(p);
     pools.push((n, Arc::clone(&p)));
-    Ok(p)
+    Some(p)
 }
 
 /// Reads the bytes of `window` that fall in `range` of the buffer into
@@ -632,7 +661,10 @@ fn read_split(file: &File, buf: &mut [u8], at: u64, readers: usize) -> std::io::
         .div_ceil(n * 4)
         .max(MIN_READ)
         .next_multiple_of(4096);
-    let pool = readers_pool(n).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let Some(pool) = readers_pool(n) else {
+        // Refused the reader threads, this one reads it all.
+        return read_at(file, buf, at);
+    };
     pool.install(|| {
         use rayon::prelude::*;
         buf.par_chunks_mut(per)
@@ -651,43 +683,46 @@ pub(crate) fn verify(parts: &[Part], jobs: &[Job], readers: usize) -> Result<(),
         .collect();
     let n = readers.max(1).min(todo.len().max(1));
     let next = std::sync::atomic::AtomicUsize::new(0);
+    let check = || -> Result<(), Failed> {
+        let mut buf = vec![0_u8; MIN_READ];
+        loop {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&j) = todo.get(k) else {
+                return Ok(());
+            };
+            let job = &jobs[j];
+            let part = &parts[job.part];
+            let shown = part.path.to_string_lossy();
+            let mut h = Xxh3::new();
+            let mut done = 0;
+            while done < job.len {
+                let m = (job.len - done).min(buf.len());
+                read_at(&part.file, &mut buf[..m], job.offset + done as u64)
+                    .map_err(|e| Failed::new(j, Error::io(&shown)(e)))?;
+                h.update(&buf[..m]);
+                done += m;
+            }
+            if Some(h.digest128()) != job.checksum {
+                return Err(Failed::new(
+                    j,
+                    Error::Corrupted {
+                        key: job.key.clone(),
+                        path: short::path(&shown),
+                    },
+                ));
+            }
+        }
+    };
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..n)
-            .map(|_| {
-                s.spawn(|| -> Result<(), Failed> {
-                    let mut buf = vec![0_u8; MIN_READ];
-                    loop {
-                        let k = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&j) = todo.get(k) else {
-                            return Ok(());
-                        };
-                        let job = &jobs[j];
-                        let part = &parts[job.part];
-                        let shown = part.path.to_string_lossy();
-                        let mut h = Xxh3::new();
-                        let mut done = 0;
-                        while done < job.len {
-                            let m = (job.len - done).min(buf.len());
-                            read_at(&part.file, &mut buf[..m], job.offset + done as u64)
-                                .map_err(|e| Failed::new(j, Error::io(&shown)(e)))?;
-                            h.update(&buf[..m]);
-                            done += m;
-                        }
-                        if Some(h.digest128()) != job.checksum {
-                            return Err(Failed::new(
-                                j,
-                                Error::Corrupted {
-                                    key: job.key.clone(),
-                                    path: short::path(&shown),
-                                },
-                            ));
-                        }
-                    }
-                })
+        // This thread and `n - 1` helpers take the jobs in turn; a helper
+        // the system refuses leaves its share to the others.
+        let helpers: Vec<_> = (1..n)
+            .filter_map(|_| {
+                crate::threads::spawn_scoped(s, "scopetree-verify", (), |()| check()).ok()
             })
             .collect();
-        let mut first: Option<Failed> = None;
-        for h in handles {
+        let mut first = check().err();
+        for h in helpers {
             let r = h
                 .join()
                 .unwrap_or_else(|_| Err(Failed::new(0, panicked("a checksum thread"))));

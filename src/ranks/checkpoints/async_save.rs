@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::manager::CheckpointManager;
 use super::plans::StagedPlan;
 use super::shards::{Prepared, ShardedSave, publish};
-use super::staged::{Spare, Staged, Written};
+use super::staged::{Shards, Spare, Staged, Written};
 use crate::checkpoint::{self, SaveOptions};
 use crate::ranks::error::Error;
 use crate::ranks::transport::collective::Collective;
@@ -104,8 +104,9 @@ pub struct SaveStarted {
     /// The bytes of this rank's shards, as held.
     pub bytes: u64,
     /// Whether a background thread writes them (`false`: they exceeded
-    /// the saver's [budget](AsyncSaver::with_budget), and this rank wrote
-    /// them before the call returned). Either way the checkpoint is
+    /// the saver's [budget](AsyncSaver::with_budget), or the system refused
+    /// the writer's thread, and this rank wrote them before the call
+    /// returned). Either way the checkpoint is
     /// published by the next save or [`wait`](AsyncSaver::wait).
     pub in_background: bool,
     /// How long the call held the caller: the checks, the copies into
@@ -299,10 +300,23 @@ impl AsyncSaver {
             bytes,
             in_background,
         } = plan.stage(comm, state, dir, opts, &mut self.spare, self.budget)?;
+        let mut in_background = in_background;
         let (writer, staged) = match shards {
             Err(e) => (None, Err(e)),
             Ok(None) => (None, Ok(())),
-            Ok(Some(shards)) => (Some(std::thread::spawn(move || shards.write())), Ok(())),
+            Ok(Some(shards)) => {
+                match crate::threads::spawn("scopetree-save", shards, Shards::write) {
+                    Ok(writer) => (Some(writer), Ok(())),
+                    // The system refused the writer's thread: this rank writes
+                    // its shards here; the save is published as any other.
+                    Err(shards) => {
+                        in_background = false;
+                        let ((buffers, state), written) = shards.write();
+                        self.spare.put_back(buffers, state);
+                        (None, written)
+                    }
+                }
+            }
         };
         self.pending = Some(Pending {
             writer,
@@ -352,10 +366,7 @@ impl AsyncSaver {
             None => pending.staged,
             Some(writer) => match writer.join() {
                 Ok(((buffers, state), written)) => {
-                    if !buffers.is_empty() {
-                        self.spare.model = buffers;
-                    }
-                    self.spare.state = state;
+                    self.spare.put_back(buffers, state);
                     written
                 }
                 Err(_) => {
@@ -370,5 +381,35 @@ impl AsyncSaver {
             manager.point_at(comm, step)?;
         }
         Ok(Some(pending.report))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AsyncSaver;
+    use crate::ScopeTree;
+    use crate::ranks::{PlanOptions, SingleProcess, SyncPlan};
+
+    #[test]
+    fn a_save_refused_its_writers_thread_is_written_in_the_call_and_published_by_the_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tree = ScopeTree::new();
+        let w = tree.var(tree.root(), "w").unwrap();
+        tree.set(w, vec![1.5_f32; 1024]).unwrap();
+        let mut plan =
+            SyncPlan::new(&SingleProcess, &tree, tree.root(), &PlanOptions::new()).unwrap();
+        let mut saver = AsyncSaver::new();
+        let to = dir.path().join("1");
+        let started = crate::threads::refusing(|| {
+            saver.save(&SingleProcess, &mut plan, &tree, &to, &Default::default())
+        })
+        .unwrap();
+        assert_eq!((started.bytes, started.in_background), (4096, false));
+        assert!(saver.staging_bytes() >= 4096, "the buffers are kept");
+        assert!(saver.wait(&SingleProcess).unwrap().is_some());
+
+        tree.set(w, vec![0.0_f32; 1024]).unwrap();
+        plan.load_shards(&SingleProcess, &mut tree, &to).unwrap();
+        assert_eq!(*tree.get::<Vec<f32>>(w).unwrap(), vec![1.5_f32; 1024]);
     }
 }

@@ -96,6 +96,17 @@ pub struct Spare {
     pub(in crate::ranks) state_bytes: usize,
 }
 
+impl Spare {
+    /// Keeps the buffers a writer hands back for the next save (an empty
+    /// list of the parameters' buffers keeps the ones held). O(1).
+    pub(in crate::ranks) fn put_back(&mut self, model: Vec<Vec<u8>>, state: Vec<Vec<u8>>) {
+        if !model.is_empty() {
+            self.model = model;
+        }
+        self.state = state;
+    }
+}
+
 /// What a plan staged for a save beside training: the save's layout, this
 /// rank's report, and the shards to write (`None`: this rank writes none;
 /// an error found while staging, reported with the writes, when the other
