@@ -298,19 +298,17 @@ pub(crate) fn read_staged<B: Staging, S: Sink<B>>(
         let (to_hasher, hasher_rx) = mpsc::channel::<(B, Vec<Piece>)>();
         let (back, back_rx) = mpsc::channel::<B>();
         // The checksums are checked on a thread of their own, beside the
-        // reads; if the system refuses it, here, after each window's reads.
+        // reads; if the system refuses it, here, after each window's reads
+        // (`hash_here` then holds the hash of the tensor under way).
         let failed_ref = &failed;
-        let mut hash_here: Option<Option<(usize, Xxh3)>> = None;
-        let hasher = if verify {
-            let spawned = crate::threads::spawn_scoped(
-                s,
-                "scopetree-hash",
-                (hasher_rx, back),
-                move |(rx, back)| hash_windows(jobs, parts, rx, back, failed_ref),
-            );
-            spawned.map_err(|_| hash_here = Some(None)).ok()
+        let hash = move |(rx, back)| hash_windows(jobs, parts, rx, back, failed_ref);
+        let (hasher, mut hash_here) = if !verify {
+            (None, None)
         } else {
-            None
+            match crate::threads::spawn_scoped(s, "scopetree-hash", (hasher_rx, back), hash) {
+                Ok(h) => (Some(h), None),
+                Err(_) => (None, Some(None::<(usize, Xxh3)>)),
+            }
         };
         let mut first_err: Option<Failed> = None;
         let mut out_at_hasher = 0_usize;
@@ -549,8 +547,7 @@ fn read_window(
 
 /// A pool of `n` reader threads, made once per thread count and kept for
 /// the process (making threads per window costs more than a window's
-/// reads).
-/// `None` when the system refuses the threads.
+/// reads); `None` when the system refuses the threads.
 fn readers_pool(n: usize) -> Option<std::sync::Arc<rayon::ThreadPool>> {
     use std::sync::{Arc, Mutex, PoisonError};
     static POOLS: Mutex<Vec<(usize, Arc<rayon::ThreadPool>)>> = Mutex::new(Vec::new());
