@@ -4,10 +4,15 @@
 //! naming a missing shard; a truncated shard; a tensor two shards hold; a
 //! malformed index; a remapping that merges two names; bytes that fail
 //! their checksum in the first shard and in a later one (with and without
-//! `rollback`); messages bounded whatever the names.
+//! `rollback`); messages bounded whatever the names. A proptest mutates a
+//! saved file (cut, flipped, spliced bytes, header and data): each load
+//! fails leaving the module unchanged, or loads exactly what the file
+//! holds as the `safetensors` crate reads it.
 
 #[path = "support/burn_models.rs"]
 mod models;
+#[path = "support/mutations.rs"]
+mod mutations;
 
 use std::path::{Path, PathBuf};
 
@@ -528,4 +533,75 @@ fn messages_stay_short_whatever_the_names() {
         "{} bytes",
         err.to_string().len()
     );
+}
+
+/// Loads the file `bytes` into a fresh `Net::new(0.0)`: a failure leaves it
+/// unchanged, with a short message; a success leaves each of its tensors
+/// holding the bytes the file gives that name, as the `safetensors` crate
+/// reads the file.
+fn check_mutated(bytes: &[u8]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("net.safetensors");
+    std::fs::write(&path, bytes).unwrap();
+    let mut net = Net::new(0.0, &device());
+    let before = models::snapshot(&net);
+    match net.load_from(&mut CheckpointStore::from_file(&path)) {
+        Err(e) => {
+            assert_eq!(
+                models::snapshot(&net),
+                before,
+                "a failed load changed the module: {e}"
+            );
+            let shown = e.to_string();
+            assert!(shown.len() < 1000, "{} bytes: {shown}", shown.len());
+        }
+        Ok(_) => {
+            let file = safetensors::SafeTensors::deserialize(bytes)
+                .expect("a file the load took is one safetensors reads");
+            for (name, dtype, shape, data) in values(&net) {
+                let t = file
+                    .tensor(&name)
+                    .expect("every loaded name is in the file");
+                assert_eq!(t.shape(), shape.as_slice(), "{name}");
+                assert_eq!(
+                    (t.dtype(), dtype),
+                    (safetensors::Dtype::F32, DType::F32),
+                    "{name}"
+                );
+                assert_eq!(t.data(), data.as_slice(), "{name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_unmutated_file_loads_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("net.safetensors");
+    Net::new(1.0, &device())
+        .save_into(&mut CheckpointStore::from_file(&path))
+        .unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    check_mutated(&bytes);
+    let mut net = Net::new(0.0, &device());
+    net.load_from(&mut CheckpointStore::from_file(&path))
+        .unwrap();
+    assert_eq!(values(&net), values(&Net::new(1.0, &device())));
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn mutated_files_fail_cleanly_or_load_exactly(
+        ms in proptest::collection::vec(mutations::mutation(), 1..4)
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("net.safetensors");
+        Net::new(1.0, &device())
+            .save_into(&mut CheckpointStore::from_file(&path))
+            .unwrap();
+        let bytes = mutations::apply_all(std::fs::read(&path).unwrap(), &ms);
+        check_mutated(&bytes);
+    }
 }

@@ -5,7 +5,10 @@
 //! model is built creates each variable once; a strict load that does not
 //! match (missing, unexpected, wrong shape, wrong dtype, corrupted file)
 //! names every key and changes nothing, where `VarMap::load` writes some
-//! variables before it fails.
+//! variables before it fails. A proptest mutates a file with checksums
+//! (cut, flipped, spliced bytes, header and data): every load, strict, new
+//! variables or new ones converted to bf16, fails changing nothing, or
+//! loads exactly what the file holds as the `safetensors` crate reads it.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -22,6 +25,8 @@ const CPU: Device = Device::Cpu;
 
 #[path = "support/candle_tiny.rs"]
 mod candle_tiny;
+#[path = "support/mutations.rs"]
+mod mutations;
 use candle_tiny::{NAMES, Tiny, names_of};
 
 fn vb(store: &CandleStore) -> VarBuilder<'static> {
@@ -657,4 +662,138 @@ fn a_missing_file_is_an_io_error() -> R {
     );
     assert_eq!(snapshot(&store), before);
     Ok(())
+}
+
+// ----- mutated files ---------------------------------------------------------
+
+/// The names, shapes and values of the mutated files' model (`f32`).
+const MUTATED: [(&str, &[usize]); 3] = [("a", &[5]), ("s.b", &[2, 3]), ("s.c", &[4])];
+
+/// The model's file, every tensor's checksum in its metadata (as the ranks'
+/// and the async saves write them), through the `safetensors` crate.
+fn checked_file() -> Vec<u8> {
+    let mut data = Vec::new();
+    let mut meta = HashMap::new();
+    for (k, (name, shape)) in MUTATED.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|i| k as f32 * 10.0 + i as f32 * 0.5).collect();
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let sum = xxhash_rust::xxh3::xxh3_128(&bytes);
+        meta.insert(format!("scopetree_xxh3/{name}"), format!("{sum:032x}"));
+        data.push((name.to_string(), shape.to_vec(), bytes));
+    }
+    let views: Vec<_> = data
+        .iter()
+        .map(|(name, shape, bytes)| {
+            let view =
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), bytes)
+                    .unwrap();
+            (name.clone(), view)
+        })
+        .collect();
+    safetensors::serialize(views, Some(meta)).unwrap()
+}
+
+/// A store holding the model, every value zero.
+fn mutated_model() -> CandleStore {
+    let store = CandleStore::new();
+    for (name, shape) in MUTATED {
+        store
+            .get(shape, name, candle_nn::Init::Const(0.0), DType::F32, &CPU)
+            .unwrap();
+    }
+    store
+}
+
+/// Each variable's name, dtype, shape and values' bits (widened to `f32`,
+/// which every `bf16` is exactly).
+type Held = Vec<(String, DType, Vec<usize>, Vec<u32>)>;
+
+fn held(store: &CandleStore) -> Held {
+    let vars = store.named_vars().unwrap();
+    vars.into_iter()
+        .map(|(k, v)| {
+            let t = v.as_tensor();
+            let wide = t.to_dtype(DType::F32).unwrap();
+            (k, t.dtype(), t.dims().to_vec(), bits(&wide))
+        })
+        .collect()
+}
+
+/// What a load that succeeded must hold: each tensor of the file as the
+/// `safetensors` crate reads it, in `dtype`.
+fn expected(bytes: &[u8], dtype: DType) -> Held {
+    let file = safetensors::SafeTensors::deserialize(bytes)
+        .expect("a file a load took is one safetensors reads");
+    let mut out: Held = file
+        .tensors()
+        .into_iter()
+        .map(|(name, t)| {
+            assert_eq!(t.dtype(), safetensors::Dtype::F32, "{name}");
+            let f = Tensor::from_raw_buffer(t.data(), DType::F32, t.shape(), &CPU).unwrap();
+            let wide = f.to_dtype(dtype).unwrap().to_dtype(DType::F32).unwrap();
+            (name, dtype, t.shape().to_vec(), bits(&wide))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Loads the file `bytes` three ways: strictly into the built model, and
+/// into a new store as they are and converted to `bf16` (read at once,
+/// with `load_on`). A failure leaves the store as it was, with a short
+/// message; a success holds [`expected`].
+fn check_mutated(bytes: &[u8]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.safetensors");
+    std::fs::write(&path, bytes).unwrap();
+    let create = LoadOptions::new().create(true);
+    let bf16 = create
+        .clone()
+        .create_floats_as(checkpoint::FloatDtype::BF16);
+    for (store, opts, dtype) in [
+        (mutated_model(), LoadOptions::new(), DType::F32),
+        (CandleStore::new(), create, DType::F32),
+        (CandleStore::new(), bf16, DType::BF16),
+    ] {
+        let before = held(&store);
+        match store.load_on(&path, &opts, &CPU) {
+            Err(e) => {
+                assert_eq!(held(&store), before, "a failed load changed the store: {e}");
+                let shown = e.to_string();
+                assert!(shown.len() < 1000, "{} bytes: {shown}", shown.len());
+            }
+            Ok(_) => assert_eq!(held(&store), expected(bytes, dtype)),
+        }
+    }
+}
+
+#[test]
+fn the_unmutated_checked_file_loads_exactly_every_way() {
+    let bytes = checked_file();
+    check_mutated(&bytes);
+    let store = mutated_model();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.safetensors");
+    std::fs::write(&path, &bytes).unwrap();
+    store.load(&path, &LoadOptions::new()).unwrap();
+    assert_eq!(held(&store), expected(&bytes, DType::F32));
+    // A flipped data byte fails its checksum.
+    let mut bad = bytes.clone();
+    let n = bad.len();
+    bad[n - 1] ^= 1;
+    std::fs::write(&path, &bad).unwrap();
+    let err = store.load(&path, &LoadOptions::new()).unwrap_err();
+    assert!(err.to_string().contains("checksum"), "{err}");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn mutated_checked_files_fail_cleanly_or_load_exactly(
+        ms in proptest::collection::vec(mutations::mutation(), 1..4)
+    ) {
+        check_mutated(&mutations::apply_all(checked_file(), &ms));
+    }
 }

@@ -7,8 +7,12 @@
 //! given twice, or copied into a shard the index does not assign them to;
 //! a load that succeeds holds the bytes of the shard the index names.
 
+#[path = "support/mutations.rs"]
+mod mutations;
+
 use std::path::Path;
 
+use mutations::{Mutation, apply, mutation};
 use proptest::prelude::*;
 use scopetree::checkpoint::{
     self, BadFile, Checkpointable, Error, LoadOptions, SaveOptions, Tensor,
@@ -331,54 +335,6 @@ fn file_values(p: &Path, bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
         .collect();
     out.sort();
     out
-}
-
-#[derive(Debug, Clone)]
-enum Mutation {
-    Truncate(usize),
-    Flip(usize, u8),
-    Splice(usize, usize, Vec<u8>),
-}
-
-fn apply(mut f: Vec<u8>, m: &Mutation) -> Vec<u8> {
-    match m {
-        Mutation::Truncate(at) => f.truncate(at % (f.len() + 1)),
-        Mutation::Flip(_, _) if f.is_empty() => {}
-        Mutation::Flip(at, mask) => {
-            let i = at % f.len();
-            f[i] ^= mask.max(&1);
-        }
-        Mutation::Splice(at, del, ins) => {
-            let i = at % (f.len() + 1);
-            let j = (i + del).min(f.len());
-            f.splice(i..j, ins.iter().copied());
-        }
-    }
-    f
-}
-
-fn mutation() -> impl Strategy<Value = Mutation> {
-    prop_oneof![
-        any::<usize>().prop_map(Mutation::Truncate),
-        (any::<usize>(), any::<u8>()).prop_map(|(a, m)| Mutation::Flip(a, m)),
-        // Bias flips and splices toward the header (the first ~250 bytes).
-        (0..260_usize, any::<u8>()).prop_map(|(a, m)| Mutation::Flip(a, m)),
-        (
-            any::<usize>(),
-            0..16_usize,
-            prop::collection::vec(any::<u8>(), 0..16)
-        )
-            .prop_map(|(a, d, i)| Mutation::Splice(a, d, i)),
-        (
-            0..260_usize,
-            0..8_usize,
-            prop::collection::vec(
-                prop::sample::select(b"{}[]\":,0123456789ae ".to_vec()),
-                0..8
-            )
-        )
-            .prop_map(|(a, d, i)| Mutation::Splice(a, d, i)),
-    ]
 }
 
 proptest! {
