@@ -1,8 +1,8 @@
 //! Bounded text for error messages: names cut to [`NAME_CHARS`] characters,
 //! paths shortened in the middle, so that no message grows with its input.
 //!
-//! Every layer's error type builds the names and paths it shows through
-//! [`name`] and [`path`]; a message is then at most a few hundred bytes plus
+//! Every layer's error type builds the names, paths and lists it shows
+//! through [`name`], [`path`] and [`list`]; a message is then at most a few hundred bytes plus
 //! its fixed text, whatever the caller passed in.
 
 use crate::arena::{Arena, ScopeKey, Structure};
@@ -15,6 +15,25 @@ pub(crate) const PATH_END_CHARS: usize = 96;
 
 /// Paths up to this many characters are shown whole.
 const PATH_WHOLE_CHARS: usize = 2 * PATH_END_CHARS + 64;
+
+/// Lists in messages show at most this many entries.
+pub(crate) const LIST_SHOWN: usize = 8;
+
+/// The first [`LIST_SHOWN`] of `items`, comma-separated, then how many more
+/// (`a, b, … 3 more`). O(the shown entries' text).
+pub(crate) fn list<T: std::fmt::Display>(items: &[T]) -> String {
+    let mut s = String::new();
+    for (i, it) in items.iter().take(LIST_SHOWN).enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push_str(&it.to_string());
+    }
+    if items.len() > LIST_SHOWN {
+        s.push_str(&format!(", … {} more", items.len() - LIST_SHOWN));
+    }
+    s
+}
 
 /// `s` as shown in a message: unchanged up to [`NAME_CHARS`] characters,
 /// else its first [`NAME_CHARS`] characters followed by `…` and its length

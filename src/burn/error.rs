@@ -1,12 +1,7 @@
 //! The burn layer's error type.
 
-use std::fmt;
-
 use crate::checkpoint::Mismatch;
 use crate::short;
-
-/// How many entries of each list a message shows; the fields hold them all.
-const SHOWN: usize = 8;
 
 /// Everything that can go wrong in a [`CheckpointStore`](super::CheckpointStore)
 /// save or load. Every message names the file (or the index) and the
@@ -147,11 +142,14 @@ fn parts(
     if !missing.is_empty() {
         out.push(format!(
             "missing from the checkpoint [{}]",
-            list(&names(missing))
+            short::list(&names(missing))
         ));
     }
     if !unused.is_empty() {
-        out.push(format!("not in the module [{}]", list(&names(unused))));
+        out.push(format!(
+            "not in the module [{}]",
+            short::list(&names(unused))
+        ));
     }
     if !mismatched.is_empty() {
         let shown: Vec<String> = mismatched
@@ -165,7 +163,7 @@ fn parts(
                 )
             })
             .collect();
-        out.push(format!("mismatched [{}]", list(&shown)));
+        out.push(format!("mismatched [{}]", short::list(&shown)));
     }
     if !unassigned.is_empty() {
         let shown: Vec<String> = unassigned
@@ -174,22 +172,8 @@ fn parts(
             .collect();
         out.push(format!(
             "held by a shard the index does not assign them to [{}]",
-            list(&shown)
+            short::list(&shown)
         ));
     }
     out.join("; ")
-}
-
-fn list<T: fmt::Display>(items: &[T]) -> String {
-    let mut s = String::new();
-    for (i, it) in items.iter().take(SHOWN).enumerate() {
-        if i > 0 {
-            s.push_str(", ");
-        }
-        s.push_str(&it.to_string());
-    }
-    if items.len() > SHOWN {
-        s.push_str(&format!(", … {} more", items.len() - SHOWN));
-    }
-    s
 }

@@ -5,9 +5,9 @@ use std::io;
 
 use crate::short;
 
-/// How many entries of each list an error message shows; the fields hold
-/// them all.
-const SHOWN: usize = 8;
+/// How many entries of each list an error message shows (dimensions of a
+/// shape too); the fields hold them all.
+const SHOWN: usize = short::LIST_SHOWN;
 
 /// Why a save or a load failed. Every message names the file, the keys or
 /// variables concerned and what to do; lists are cut to a few entries in the
@@ -53,7 +53,7 @@ pub enum Error {
         "cannot save: {} variable(s) hold no tensor: {}; store a Vec, Box<[_]> or checkpoint::Tensor \
          of a numeric type, register your type with SaveOptions::with_type, or pass \
          SaveOptions::skip_non_tensors(true)",
-        vars.len(), list(vars)
+        vars.len(), short::list(vars)
     )]
     NotTensors {
         /// Each such variable: its key and what it holds (`None`: no value).
@@ -473,14 +473,14 @@ impl fmt::Display for BadIndex {
                 "shard {} does not exist; the index assigns it {} tensor(s): {}",
                 short::name(file),
                 keys.len(),
-                list(&short_keys(keys))
+                short::list(&short_keys(keys))
             ),
             Self::ShardLacks { file, keys } => write!(
                 f,
                 "shard {} lacks {} tensor(s) the index assigns to it: {}",
                 short::name(file),
                 keys.len(),
-                list(&short_keys(keys))
+                short::list(&short_keys(keys))
             ),
             Self::TornSave { file } => write!(
                 f,
@@ -502,17 +502,17 @@ fn mismatch_parts(
     if !missing.is_empty() {
         parts.push(format!(
             "missing from the file [{}]",
-            list(&short_keys(missing))
+            short::list(&short_keys(missing))
         ));
     }
     if !unexpected.is_empty() {
         parts.push(format!(
             "not in the tree [{}]",
-            list(&short_keys(unexpected))
+            short::list(&short_keys(unexpected))
         ));
     }
     if !mismatched.is_empty() {
-        parts.push(format!("mismatched [{}]", list(mismatched)));
+        parts.push(format!("mismatched [{}]", short::list(mismatched)));
     }
     if !unassigned.is_empty() {
         let shown: Vec<_> = unassigned
@@ -521,25 +521,10 @@ fn mismatch_parts(
             .collect();
         parts.push(format!(
             "in shards the index does not assign them to [{}]",
-            list(&shown)
+            short::list(&shown)
         ));
     }
     parts.join("; ")
-}
-
-/// The first few entries of a list, then how many more.
-fn list<T: fmt::Display>(items: &[T]) -> String {
-    let mut s = String::new();
-    for (i, it) in items.iter().take(SHOWN).enumerate() {
-        if i > 0 {
-            s.push_str(", ");
-        }
-        s.push_str(&it.to_string());
-    }
-    if items.len() > SHOWN {
-        s.push_str(&format!(", … {} more", items.len() - SHOWN));
-    }
-    s
 }
 
 /// A key list entry shown through [`short::path`].
