@@ -59,20 +59,11 @@ where
     T: Send + 'static,
     F: FnOnce(A) -> T + Send + 'static,
 {
-    if refused() {
-        return Err(input);
-    }
-    let (tx, rx) = mpsc::sync_channel::<A>(1);
-    match Builder::new()
-        .name(name.to_owned())
-        .spawn(move || work(received(&rx)))
-    {
-        Ok(h) => {
-            send(&tx, input);
-            Ok(h)
-        }
-        Err(_) => Err(input),
-    }
+    start(input, |rx| {
+        Builder::new()
+            .name(name.to_owned())
+            .spawn(move || work(received(&rx)))
+    })
 }
 
 /// [`spawn`] within `scope`: the thread may borrow what outlives the
@@ -89,14 +80,25 @@ where
     T: Send + 'scope,
     F: FnOnce(A) -> T + Send + 'scope,
 {
+    start(input, |rx| {
+        Builder::new()
+            .name(name.to_owned())
+            .spawn_scoped(scope, move || work(received(&rx)))
+    })
+}
+
+/// Starts a thread with `begin`, which is given the receiving end of the
+/// channel that `input` takes to it once it has started; hands `input`
+/// back when the system refuses the thread.
+fn start<A, H>(
+    input: A,
+    begin: impl FnOnce(mpsc::Receiver<A>) -> std::io::Result<H>,
+) -> Result<H, A> {
     if refused() {
         return Err(input);
     }
     let (tx, rx) = mpsc::sync_channel::<A>(1);
-    match Builder::new()
-        .name(name.to_owned())
-        .spawn_scoped(scope, move || work(received(&rx)))
-    {
+    match begin(rx) {
         Ok(h) => {
             send(&tx, input);
             Ok(h)

@@ -574,15 +574,23 @@ fn check_mutated(bytes: &[u8]) {
     }
 }
 
-#[test]
-fn the_unmutated_file_loads_exactly() {
+/// The bytes of `Net::new(1.0)` saved as one file.
+fn net_file() -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("net.safetensors");
     Net::new(1.0, &device())
         .save_into(&mut CheckpointStore::from_file(&path))
         .unwrap();
-    let bytes = std::fs::read(&path).unwrap();
+    std::fs::read(&path).unwrap()
+}
+
+#[test]
+fn the_unmutated_file_loads_exactly() {
+    let bytes = net_file();
     check_mutated(&bytes);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("net.safetensors");
+    std::fs::write(&path, &bytes).unwrap();
     let mut net = Net::new(0.0, &device());
     net.load_from(&mut CheckpointStore::from_file(&path))
         .unwrap();
@@ -596,12 +604,6 @@ proptest::proptest! {
     fn mutated_files_fail_cleanly_or_load_exactly(
         ms in proptest::collection::vec(mutations::mutation(), 1..4)
     ) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("net.safetensors");
-        Net::new(1.0, &device())
-            .save_into(&mut CheckpointStore::from_file(&path))
-            .unwrap();
-        let bytes = mutations::apply_all(std::fs::read(&path).unwrap(), &ms);
-        check_mutated(&bytes);
+        check_mutated(&mutations::apply_all(net_file(), &ms));
     }
 }
