@@ -607,3 +607,79 @@ proptest::proptest! {
         check_mutated(&mutations::apply_all(net_file(), &ms));
     }
 }
+
+/// `Net::new(1.0)` saved sharded, a tensor a shard: each file's name and
+/// bytes, the index first.
+fn net_shards() -> Vec<(String, Vec<u8>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = sharded(dir.path());
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&ck)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect();
+    files.sort_by_key(|(n, _)| !n.ends_with(".json"));
+    files
+}
+
+/// Loads the sharded checkpoint `files` into a fresh `Net::new(0.0)` with
+/// `rollback`: a failure leaves it unchanged, with a short message; a
+/// success leaves each tensor holding the bytes of the shard the index
+/// names for it.
+fn check_sharded_mutated(files: &[(String, Vec<u8>)]) {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in files {
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+    }
+    let mut net = Net::new(0.0, &device());
+    let before = models::snapshot(&net);
+    match net.load_from(&mut CheckpointStore::sharded(dir.path()).rollback(true)) {
+        Err(e) => {
+            assert_eq!(
+                models::snapshot(&net),
+                before,
+                "a failed load changed the module: {e}"
+            );
+            let shown = e.to_string();
+            assert!(shown.len() < 1000, "{} bytes: {shown}", shown.len());
+        }
+        Ok(_) => {
+            let held = checkpoint::inspect(dir.path()).expect("a loaded checkpoint reads back");
+            for (name, _, shape, data) in values(&net) {
+                let t = held
+                    .iter()
+                    .find(|t| t.key == name)
+                    .expect("every loaded name is in the index");
+                let shard = std::fs::read(dir.path().join(t.shard.as_deref().unwrap())).unwrap();
+                let n = u64::from_le_bytes(shard[..8].try_into().unwrap()) as usize;
+                let range = 8 + n + t.begin as usize..8 + n + t.end as usize;
+                assert_eq!(t.shape, shape, "{name}");
+                assert_eq!(&shard[range], data.as_slice(), "{name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_unmutated_sharded_checkpoint_loads_exactly() {
+    let files = net_shards();
+    assert_eq!(files.len(), 6, "the index and a shard per tensor");
+    check_sharded_mutated(&files);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn mutated_sharded_checkpoints_fail_cleanly_with_rollback_or_load_exactly(
+        file in 0..6_usize,
+        ms in proptest::collection::vec(mutations::mutation(), 1..4)
+    ) {
+        let mut files = net_shards();
+        files[file].1 = mutations::apply_all(std::mem::take(&mut files[file].1), &ms);
+        check_sharded_mutated(&files);
+    }
+}

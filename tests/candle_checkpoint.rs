@@ -720,33 +720,55 @@ fn held(store: &CandleStore) -> Held {
         .collect()
 }
 
-/// What a load that succeeded must hold: each tensor of the file as the
-/// `safetensors` crate reads it, in `dtype`.
-fn expected(bytes: &[u8], dtype: DType) -> Held {
-    let file = safetensors::SafeTensors::deserialize(bytes)
-        .expect("a file a load took is one safetensors reads");
-    let mut out: Held = file
-        .tensors()
+/// `(name, shape, f32 bytes)` of each tensor in `dtype`, as a load that
+/// succeeded must hold them, sorted by name.
+fn in_dtype(tensors: Vec<(String, Vec<usize>, Vec<u8>)>, dtype: DType) -> Held {
+    let mut out: Held = tensors
         .into_iter()
-        .map(|(name, t)| {
-            assert_eq!(t.dtype(), safetensors::Dtype::F32, "{name}");
-            let f = Tensor::from_raw_buffer(t.data(), DType::F32, t.shape(), &CPU).unwrap();
+        .map(|(name, shape, data)| {
+            let f = Tensor::from_raw_buffer(&data, DType::F32, &shape, &CPU).unwrap();
             let wide = f.to_dtype(dtype).unwrap().to_dtype(DType::F32).unwrap();
-            (name, dtype, t.shape().to_vec(), bits(&wide))
+            (name, dtype, shape, bits(&wide))
         })
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
 
-/// Loads the file `bytes` three ways: strictly into the built model, and
-/// into a new store as they are and converted to `bf16` (read at once,
-/// with `load_on`). A failure leaves the store as it was, with a short
-/// message; a success holds [`expected`].
-fn check_mutated(bytes: &[u8]) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("m.safetensors");
-    std::fs::write(&path, bytes).unwrap();
+/// The tensors of the file `bytes` as the `safetensors` crate reads them.
+fn file_tensors(bytes: &[u8]) -> Vec<(String, Vec<usize>, Vec<u8>)> {
+    let file = safetensors::SafeTensors::deserialize(bytes)
+        .expect("a file a load took is one safetensors reads");
+    file.tensors()
+        .into_iter()
+        .map(|(name, t)| {
+            assert_eq!(t.dtype(), safetensors::Dtype::F32, "{name}");
+            (name, t.shape().to_vec(), t.data().to_vec())
+        })
+        .collect()
+}
+
+/// The tensors of the sharded checkpoint in `dir`: each from the shard its
+/// index names.
+fn sharded_tensors(dir: &Path) -> Vec<(String, Vec<usize>, Vec<u8>)> {
+    checkpoint::inspect(dir)
+        .expect("a loaded checkpoint reads back")
+        .into_iter()
+        .map(|t| {
+            assert_eq!(t.dtype, checkpoint::Dtype::F32, "{}", t.key);
+            let shard = std::fs::read(dir.join(t.shard.as_deref().unwrap())).unwrap();
+            let n = u64::from_le_bytes(shard[..8].try_into().unwrap()) as usize;
+            let data = shard[8 + n + t.begin as usize..8 + n + t.end as usize].to_vec();
+            (t.key, t.shape, data)
+        })
+        .collect()
+}
+
+/// Loads `path` three ways: strictly into the built model, and into a new
+/// store as they are and converted to `bf16` (read at once, with
+/// `load_on`). A failure leaves the store as it was, with a short message;
+/// a success holds what `tensors` reads, in the load's dtype.
+fn check_loads(path: &Path, tensors: &dyn Fn() -> Vec<(String, Vec<usize>, Vec<u8>)>) {
     let create = LoadOptions::new().create(true);
     let bf16 = create
         .clone()
@@ -757,15 +779,66 @@ fn check_mutated(bytes: &[u8]) {
         (CandleStore::new(), bf16, DType::BF16),
     ] {
         let before = held(&store);
-        match store.load_on(&path, &opts, &CPU) {
+        match store.load_on(path, &opts, &CPU) {
             Err(e) => {
                 assert_eq!(held(&store), before, "a failed load changed the store: {e}");
                 let shown = e.to_string();
                 assert!(shown.len() < 1000, "{} bytes: {shown}", shown.len());
             }
-            Ok(_) => assert_eq!(held(&store), expected(bytes, dtype)),
+            Ok(_) => assert_eq!(held(&store), in_dtype(tensors(), dtype)),
         }
     }
+}
+
+/// [`check_loads`] of the file `bytes`.
+fn check_mutated(bytes: &[u8]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.safetensors");
+    std::fs::write(&path, bytes).unwrap();
+    check_loads(&path, &|| file_tensors(bytes));
+}
+
+/// [`check_loads`] of the sharded checkpoint `files` (names and bytes).
+fn check_sharded_mutated(files: &[(String, Vec<u8>)]) {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in files {
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+    }
+    check_loads(dir.path(), &|| sharded_tensors(dir.path()));
+}
+
+/// The model saved sharded by the store, a tensor a shard, every
+/// tensor's checksum in each shard's metadata: each file's name and bytes,
+/// the index first.
+fn checked_shards() -> Vec<(String, Vec<u8>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("m.safetensors");
+    std::fs::write(&file, checked_file()).unwrap();
+    let store = CandleStore::new();
+    store
+        .load_on(&file, &LoadOptions::new().create(true), &CPU)
+        .unwrap();
+    let meta: HashMap<String, String> = safetensors::SafeTensors::read_metadata(&checked_file())
+        .unwrap()
+        .1
+        .metadata()
+        .clone()
+        .unwrap();
+    let ck = dir.path().join("ck");
+    let opts = checkpoint::SaveOptions::new()
+        .max_shard_size(0)
+        .metadata(meta);
+    store.save_sharded(&ck, &opts).unwrap();
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&ck)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect();
+    files.sort_by_key(|(n, _)| !n.ends_with(".json"));
+    files
 }
 
 #[test]
@@ -777,7 +850,7 @@ fn the_unmutated_checked_file_loads_exactly_every_way() {
     let path = dir.path().join("m.safetensors");
     std::fs::write(&path, &bytes).unwrap();
     store.load(&path, &LoadOptions::new()).unwrap();
-    assert_eq!(held(&store), expected(&bytes, DType::F32));
+    assert_eq!(held(&store), in_dtype(file_tensors(&bytes), DType::F32));
     // A flipped data byte fails its checksum.
     let mut bad = bytes.clone();
     let n = bad.len();
@@ -796,4 +869,36 @@ proptest::proptest! {
     ) {
         check_mutated(&mutations::apply_all(checked_file(), &ms));
     }
+
+    #[test]
+    fn mutated_checked_sharded_checkpoints_fail_cleanly_or_load_exactly(
+        file in 0..4_usize,
+        ms in proptest::collection::vec(mutations::mutation(), 1..4)
+    ) {
+        let mut files = checked_shards();
+        files[file].1 = mutations::apply_all(std::mem::take(&mut files[file].1), &ms);
+        check_sharded_mutated(&files);
+    }
+}
+
+#[test]
+fn the_unmutated_checked_shards_load_exactly_every_way() {
+    let files = checked_shards();
+    assert_eq!(files.len(), 4, "the index and a shard per tensor");
+    check_sharded_mutated(&files);
+    // Each shard carries the checksums: a flipped data byte of the last
+    // shard fails its checksum, and a strict load changes nothing.
+    let mut bad = files.clone();
+    let last = bad.len() - 1;
+    let n = bad[last].1.len();
+    bad[last].1[n - 1] ^= 1;
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in &bad {
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+    }
+    let store = mutated_model();
+    let before = held(&store);
+    let err = store.load(dir.path(), &LoadOptions::new()).unwrap_err();
+    assert!(err.to_string().contains("checksum"), "{err}");
+    assert_eq!(held(&store), before);
 }
