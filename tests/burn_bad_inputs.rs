@@ -613,16 +613,7 @@ proptest::proptest! {
 fn net_shards() -> Vec<(String, Vec<u8>)> {
     let dir = tempfile::tempdir().unwrap();
     let ck = sharded(dir.path());
-    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&ck)
-        .unwrap()
-        .map(|e| {
-            let p = e.unwrap().path();
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read(&p).unwrap())
-        })
-        .collect();
-    files.sort_by_key(|(n, _)| !n.ends_with(".json"));
-    files
+    mutations::read_files(&ck)
 }
 
 /// Loads the sharded checkpoint `files` into a fresh `Net::new(0.0)` with
@@ -631,9 +622,7 @@ fn net_shards() -> Vec<(String, Vec<u8>)> {
 /// names for it.
 fn check_sharded_mutated(files: &[(String, Vec<u8>)]) {
     let dir = tempfile::tempdir().unwrap();
-    for (name, bytes) in files {
-        std::fs::write(dir.path().join(name), bytes).unwrap();
-    }
+    mutations::write_files(dir.path(), files);
     let mut net = Net::new(0.0, &device());
     let before = models::snapshot(&net);
     match net.load_from(&mut CheckpointStore::sharded(dir.path()).rollback(true)) {

@@ -801,9 +801,7 @@ fn check_mutated(bytes: &[u8]) {
 /// [`check_loads`] of the sharded checkpoint `files` (names and bytes).
 fn check_sharded_mutated(files: &[(String, Vec<u8>)]) {
     let dir = tempfile::tempdir().unwrap();
-    for (name, bytes) in files {
-        std::fs::write(dir.path().join(name), bytes).unwrap();
-    }
+    mutations::write_files(dir.path(), files);
     check_loads(dir.path(), &|| sharded_tensors(dir.path()));
 }
 
@@ -829,16 +827,7 @@ fn checked_shards() -> Vec<(String, Vec<u8>)> {
         .max_shard_size(0)
         .metadata(meta);
     store.save_sharded(&ck, &opts).unwrap();
-    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&ck)
-        .unwrap()
-        .map(|e| {
-            let p = e.unwrap().path();
-            let name = p.file_name().unwrap().to_string_lossy().into_owned();
-            (name, std::fs::read(&p).unwrap())
-        })
-        .collect();
-    files.sort_by_key(|(n, _)| !n.ends_with(".json"));
-    files
+    mutations::read_files(&ck)
 }
 
 #[test]
@@ -893,9 +882,7 @@ fn the_unmutated_checked_shards_load_exactly_every_way() {
     let n = bad[last].1.len();
     bad[last].1[n - 1] ^= 1;
     let dir = tempfile::tempdir().unwrap();
-    for (name, bytes) in &bad {
-        std::fs::write(dir.path().join(name), bytes).unwrap();
-    }
+    mutations::write_files(dir.path(), &bad);
     let store = mutated_model();
     let before = held(&store);
     let err = store.load(dir.path(), &LoadOptions::new()).unwrap_err();

@@ -65,3 +65,25 @@ pub fn mutation() -> impl Strategy<Value = Mutation> {
             .prop_map(|(a, d, i)| Mutation::Splice(a, d, i)),
     ]
 }
+
+/// The files of the checkpoint directory `dir`: each one's name and bytes,
+/// the index (`.json`) first, then by name.
+pub fn read_files(dir: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect();
+    files.sort_by(|a, b| (!a.0.ends_with(".json"), &a.0).cmp(&(!b.0.ends_with(".json"), &b.0)));
+    files
+}
+
+/// Writes `files` (names and bytes) into `dir`.
+pub fn write_files(dir: &std::path::Path, files: &[(String, Vec<u8>)]) {
+    for (name, bytes) in files {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+}
