@@ -535,6 +535,18 @@ fn messages_stay_short_whatever_the_names() {
     );
 }
 
+/// Asserts that the load that failed with `e` left `net` as `before`,
+/// with a message under 1,000 bytes.
+fn failed_cleanly(net: &Net, before: &[models::Snap], e: &Error) {
+    assert_eq!(
+        models::snapshot(net),
+        before,
+        "a failed load changed the module: {e}"
+    );
+    let shown = e.to_string();
+    assert!(shown.len() < 1000, "{} bytes: {shown}", shown.len());
+}
+
 /// Loads the file `bytes` into a fresh `Net::new(0.0)`: a failure leaves it
 /// unchanged, with a short message; a success leaves each of its tensors
 /// holding the bytes the file gives that name, as the `safetensors` crate
@@ -546,15 +558,7 @@ fn check_mutated(bytes: &[u8]) {
     let mut net = Net::new(0.0, &device());
     let before = models::snapshot(&net);
     match net.load_from(&mut CheckpointStore::from_file(&path)) {
-        Err(e) => {
-            assert_eq!(
-                models::snapshot(&net),
-                before,
-                "a failed load changed the module: {e}"
-            );
-            let shown = e.to_string();
-            assert!(shown.len() < 1000, "{} bytes: {shown}", shown.len());
-        }
+        Err(e) => failed_cleanly(&net, &before, &e),
         Ok(_) => {
             let file = safetensors::SafeTensors::deserialize(bytes)
                 .expect("a file the load took is one safetensors reads");
@@ -626,15 +630,7 @@ fn check_sharded_mutated(files: &[(String, Vec<u8>)]) {
     let mut net = Net::new(0.0, &device());
     let before = models::snapshot(&net);
     match net.load_from(&mut CheckpointStore::sharded(dir.path()).rollback(true)) {
-        Err(e) => {
-            assert_eq!(
-                models::snapshot(&net),
-                before,
-                "a failed load changed the module: {e}"
-            );
-            let shown = e.to_string();
-            assert!(shown.len() < 1000, "{} bytes: {shown}", shown.len());
-        }
+        Err(e) => failed_cleanly(&net, &before, &e),
         Ok(_) => {
             let held = checkpoint::inspect(dir.path()).expect("a loaded checkpoint reads back");
             for (name, _, shape, data) in values(&net) {
