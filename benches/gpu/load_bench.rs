@@ -33,6 +33,10 @@
 //!   allocations.
 //! - `again`: a second `scopetree` load in the same process, timed alone:
 //!   the staging buffers the first page-locked are reused.
+//!
+//! After the timed rounds, two children print what the parts cost alone:
+//! `probe` (reads and copies, `PROBE` lines) and `pin` (page-locking,
+//! `PIN` lines; see `pin.rs`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,6 +46,8 @@ use candle_core::{DType, Device};
 use scopetree::ScopeTree;
 use scopetree::candle::CandleStore;
 use scopetree::checkpoint::{self, LoadOptions, SaveOptions, Separator, Tensor};
+
+mod pin;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -211,6 +217,7 @@ fn child(mode: &str, dir: &Path) -> Res<()> {
         }
         "read" => read_limit(dir, &tensors)?,
         "probe" => probe(&dev, &ctx, dir, &tensors)?,
+        "pin" => pin::pin(&ctx, &cuda.cuda_stream(), &shards(dir)?[0])?,
         "copy" => copy_limit(&ctx, tensors.iter().map(|t| t.end - t.begin).sum())?,
         other => return Err(format!("unknown mode {other}").into()),
     }
@@ -592,6 +599,22 @@ fn main() -> Res<()> {
             .map(|l| format!("{l}\n"))
             .collect::<String>()
     );
+    let pinned = child_command("pin", &dir, staging)?.output()?;
+    print!(
+        "{}",
+        String::from_utf8_lossy(&pinned.stdout)
+            .lines()
+            .filter(|l| l.starts_with("PIN"))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    );
+    if !pinned.status.success() {
+        println!(
+            "PIN failed ({}): {}",
+            pinned.status,
+            String::from_utf8_lossy(&pinned.stderr).trim()
+        );
+    }
     let traced = child_command("scopetree", &dir, staging)?
         .env("SCOPETREE_TRACE_LOADS", "1")
         .output()?;
