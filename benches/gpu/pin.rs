@@ -11,7 +11,8 @@
 //! - does it scale with the bytes (then locking in pieces lets reads start
 //!   sooner)?
 //! - is registering memory the process already has (`cuMemHostRegister`)
-//!   cheaper, on 4 KiB pages or on transparent huge pages?
+//!   cheaper, on 4 KiB pages or on transparent huge pages (2 MiB-aligned
+//!   memory, and anonymous memory advised with `madvise(MADV_HUGEPAGE)`)?
 //! - are copies from registered memory as fast as from `cuMemHostAlloc`'s?
 //! - while one thread page-locks, do another thread's copies to the device
 //!   and reads from the page cache go on, or does the driver hold them?
@@ -247,6 +248,37 @@ pub fn pin(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, shard: &Path) -> Re
     let reg_huge = Registered::new(window)?;
     say("cuMemHostRegister 16 MiB of it", ms(t), "ms");
 
+    // 5b. Anonymous memory advised onto huge pages (`madvise`, as a
+    // kernel set to `madvise` wants).
+    let mut map = memmap2::MmapMut::map_anon(n16)?;
+    let advised = map.advise(memmap2::Advice::HugePage).is_ok();
+    let huge0 = anon_huge_kib();
+    let t = Instant::now();
+    map.fill(1);
+    say(
+        &format!("anonymous 16 MiB, huge pages advised ({advised}), written"),
+        ms(t),
+        "ms",
+    );
+    say(
+        "  of it on huge pages",
+        (anon_huge_kib().saturating_sub(huge0)) as f64 / 1024.0,
+        "MiB",
+    );
+    let t = Instant::now();
+    let reg_map = Registered::new(&mut map)?;
+    say("cuMemHostRegister 16 MiB of it", ms(t), "ms");
+    let t = Instant::now();
+    let mut map2 = memmap2::MmapMut::map_anon(n16)?;
+    let _ = map2.advise(memmap2::Advice::HugePage);
+    let reg_map2 = Registered::new(&mut map2)?;
+    say(
+        "the same, registered unwritten (the driver faults it in)",
+        ms(t),
+        "ms",
+    );
+    drop(reg_map2);
+
     // 6. Copies to the device from each kind, 64 x 16 MiB (1 GiB).
     let mut dst = stream.alloc_zeros::<u8>(n16)?;
     let (dptr, guard) = dst.device_ptr_mut(stream);
@@ -259,6 +291,13 @@ pub fn pin(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, shard: &Path) -> Re
         speed(s),
         "GB/s",
     );
+    let s = copies(stream, dptr, reg_map.bytes, 64)?;
+    say(
+        "copy 1 GiB from registered advised memory",
+        speed(s),
+        "GB/s",
+    );
+    drop(reg_map);
     let reg = Registered::new(&mut plain)?;
     let s = copies(stream, dptr, reg.bytes, 64)?;
     say("copy 1 GiB from registered Vec memory", speed(s), "GB/s");
