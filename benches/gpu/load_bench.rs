@@ -590,30 +590,20 @@ fn main() -> Res<()> {
         limit / med[1]
     );
     // What each part costs alone, and where a load's time goes.
-    let probe = child_command("probe", &dir, staging)?.output()?;
-    print!(
-        "{}",
-        String::from_utf8_lossy(&probe.stdout)
-            .lines()
-            .filter(|l| l.starts_with("PROBE"))
-            .map(|l| format!("{l}\n"))
-            .collect::<String>()
-    );
-    let pinned = child_command("pin", &dir, staging)?.output()?;
-    print!(
-        "{}",
-        String::from_utf8_lossy(&pinned.stdout)
-            .lines()
-            .filter(|l| l.starts_with("PIN"))
-            .map(|l| format!("{l}\n"))
-            .collect::<String>()
-    );
-    if !pinned.status.success() {
-        println!(
-            "PIN failed ({}): {}",
-            pinned.status,
-            String::from_utf8_lossy(&pinned.stderr).trim()
-        );
+    for (mode, tag) in [("probe", "PROBE"), ("pin", "PIN")] {
+        let out = child_command(mode, &dir, staging)?.output()?;
+        for l in String::from_utf8_lossy(&out.stdout).lines() {
+            if l.starts_with(tag) {
+                println!("{l}");
+            }
+        }
+        if !out.status.success() {
+            println!(
+                "{tag} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
     }
     let traced = child_command("scopetree", &dir, staging)?
         .env("SCOPETREE_TRACE_LOADS", "1")
