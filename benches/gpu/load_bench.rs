@@ -217,7 +217,10 @@ fn child(mode: &str, dir: &Path) -> Res<()> {
         }
         "read" => read_limit(dir, &tensors)?,
         "probe" => probe(&dev, &ctx, dir, &tensors)?,
-        "pin" => pin::pin(&ctx, &cuda.cuda_stream(), &shards(dir)?[0])?,
+        "pin" => {
+            let first = shards(dir)?.into_iter().next().ok_or("no shard")?;
+            pin::pin(&ctx, &cuda.cuda_stream(), &first)?;
+        }
         "copy" => copy_limit(&ctx, tensors.iter().map(|t| t.end - t.begin).sum())?,
         other => return Err(format!("unknown mode {other}").into()),
     }
