@@ -473,9 +473,10 @@ fn copy_limit(
     Ok(())
 }
 
+/// The median of `v` (the upper one of an even count); NaN when empty.
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn drop_caches() -> bool {

@@ -28,7 +28,7 @@ use std::time::Instant;
 
 use candle_core::cuda_backend::cudarc::driver::{CudaContext, CudaStream, DevicePtrMut, sys};
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+use super::{Res, median};
 
 const MIB: usize = 1 << 20;
 
@@ -123,29 +123,16 @@ fn copies(stream: &CudaStream, dst: sys::CUdeviceptr, src: &[u8], count: usize) 
     Ok(t0.elapsed().as_secs_f64())
 }
 
-/// One copy of `src` and a synchronize, again and again until `until`
-/// (given how many were made) says to stop: each one's milliseconds.
-fn copy_latencies(
-    stream: &CudaStream,
-    dst: sys::CUdeviceptr,
-    src: &[u8],
-    until: &dyn Fn(usize) -> bool,
-) -> Res<Vec<f64>> {
+/// `once`, again and again until `until` (given how many ran) says to
+/// stop: each run's milliseconds.
+fn repeat_until(until: &dyn Fn(usize) -> bool, once: &mut dyn FnMut() -> Res<()>) -> Res<Vec<f64>> {
     let mut out = Vec::new();
     while !until(out.len()) {
         let t = Instant::now();
-        copies(stream, dst, src, 1)?;
+        once()?;
         out.push(ms(t));
     }
     Ok(out)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn anon_huge_kib() -> u64 {
@@ -221,15 +208,12 @@ pub fn pin(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, shard: &Path) -> Re
     drop(reg);
     say("  cuMemHostUnregister", ms(t), "ms");
     let t = Instant::now();
-    for piece in plain.chunks_mut(4 * MIB) {
-        std::mem::forget(Registered::new(piece)?);
-    }
+    let pieces: Vec<Registered> = plain
+        .chunks_mut(4 * MIB)
+        .map(Registered::new)
+        .collect::<Res<_>>()?;
     say("cuMemHostRegister 16 MiB in 4 pieces", ms(t), "ms");
-    for piece in plain.chunks_mut(4 * MIB) {
-        // SAFETY: each piece was registered just above, and nothing copies
-        // from it.
-        let _ = unsafe { sys::cuMemHostUnregister(piece.as_mut_ptr().cast()) };
-    }
+    drop(pieces);
 
     // 5. The same on 2 MiB-aligned memory (huge pages where the kernel's
     // setting is `always`).
@@ -321,63 +305,59 @@ pub fn pin(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, shard: &Path) -> Re
 
     // 7. While a thread page-locks 4 x 16 MiB: this thread's copies (16
     // MiB, each synchronised), then its reads from the page cache.
-    let base = median(copy_latencies(stream, dptr, kept[0].bytes_mut(), &|n| {
-        n >= 16
-    })?);
-    say("one 16 MiB copy alone (median of 16)", base, "ms");
+    let (copy_src, read_into) = kept.split_at_mut(1);
+    let (copy_src, read_into) = (copy_src[0].bytes_mut(), read_into[0].bytes_mut());
+    let mut copy_once = || copies(stream, dptr, copy_src, 1).map(drop);
     let file = std::fs::File::open(shard)?;
-    let read_once = |into: &mut [u8]| -> Res<f64> {
-        let t = Instant::now();
-        file.read_exact_at(into, 4096)?;
-        Ok(ms(t))
-    };
-    let read_base = median(
-        (0..16)
-            .map(|_| read_once(kept[1].bytes_mut()))
-            .collect::<Res<_>>()?,
-    );
-    say("one 16 MiB read from the page cache alone", read_base, "ms");
+    let mut read_once = || -> Res<()> { Ok(file.read_exact_at(read_into, 4096)?) };
+    let sixteen = |n: usize| n >= 16;
+    let base = median(&mut repeat_until(&sixteen, &mut copy_once)?);
+    say("one 16 MiB copy alone (median of 16)", base, "ms");
+    let base = median(&mut repeat_until(&sixteen, &mut read_once)?);
+    say("one 16 MiB read from the page cache alone", base, "ms");
     for what in ["copies", "reads"] {
         let done = AtomicBool::new(false);
-        let (lat, locked) = std::thread::scope(|s| -> Res<(Vec<f64>, f64)> {
+        let (mut lat, locked) = std::thread::scope(|s| -> Res<(Vec<f64>, f64)> {
             let locker = s.spawn(|| -> Result<f64, String> {
-                ctx.bind_to_thread().map_err(|e| e.to_string())?;
                 let t = Instant::now();
-                let mut v = Vec::new();
-                for _ in 0..4 {
-                    let mut b = HostAlloc::new(n16).map_err(|e| e.to_string())?;
-                    b.zero();
-                    v.push(b);
-                }
+                let locked = ctx
+                    .bind_to_thread()
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| {
+                        (0..4)
+                            .map(|_| {
+                                let mut b = HostAlloc::new(n16).map_err(|e| e.to_string())?;
+                                b.zero();
+                                Ok(b)
+                            })
+                            .collect::<Result<Vec<_>, String>>()
+                    });
                 let took = ms(t);
+                // Stops the other thread's loop whether or not it worked.
                 done.store(true, Ordering::Release);
-                Ok(took)
+                locked.map(|_| took)
             });
             let stop = |n: usize| done.load(Ordering::Acquire) || n >= 10_000;
             let lat = if what == "copies" {
-                copy_latencies(stream, dptr, kept[0].bytes_mut(), &stop)?
+                repeat_until(&stop, &mut copy_once)
             } else {
-                let mut v = Vec::new();
-                while !stop(v.len()) {
-                    v.push(read_once(kept[1].bytes_mut())?);
-                }
-                v
+                repeat_until(&stop, &mut read_once)
             };
             let locked = locker.join().map_err(|_| "the locking thread panicked")??;
-            Ok((lat, locked))
+            Ok((lat?, locked))
         })?;
         say(
             &format!("4 x 16 MiB page-locked on a thread beside {what}"),
             locked,
             "ms",
         );
+        let max = lat.iter().copied().fold(0.0, f64::max);
         say(
             &format!(
-                "  the {} {what} meanwhile, median (max {:.3})",
-                lat.len(),
-                lat.iter().copied().fold(0.0, f64::max)
+                "  the {} {what} meanwhile, median (max {max:.3})",
+                lat.len()
             ),
-            median(lat),
+            median(&mut lat),
             "ms",
         );
     }
