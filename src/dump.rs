@@ -94,8 +94,9 @@ impl ScopeTree {
     /// ```
     /// use scopetree::ScopeTree;
     /// let tree = ScopeTree::new();
-    /// std::fs::write(std::env::temp_dir().join("tree.dot"), tree.to_dot(tree.root())?.to_string())
-    ///     .unwrap();
+    /// # let tmp = tempfile::tempdir().unwrap();
+    /// # let dir = tmp.path();
+    /// std::fs::write(dir.join("tree.dot"), tree.to_dot(tree.root())?.to_string()).unwrap();
     /// # Ok::<(), scopetree::Error>(())
     /// ```
     pub fn to_dot(&self, scope: ScopeId) -> Result<Dot<'_>, Error> {

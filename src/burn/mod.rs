@@ -21,7 +21,7 @@
 //! ```
 //! # use burn_core as burn;
 //! # if !cfg!(feature = "burn-ndarray") { return Ok(()); }
-//! # let dir = std::env::temp_dir().join(format!("st-doc-burn-mod-{}", std::process::id()));
+//! # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
 //! use burn_core::module::{Module, Param};
 //! use burn_core::tensor::{Device, Tensor};
 //! use burn_store::ModuleSnapshot;

@@ -47,7 +47,7 @@ pub(crate) enum Target {
 /// ```
 /// # use burn_core as burn;
 /// # if !cfg!(feature = "burn-ndarray") { return Ok(()); }
-/// # let dir = std::env::temp_dir().join(format!("st-doc-burn-store-{}", std::process::id()));
+/// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
 /// use burn_core::module::{Module, Param};
 /// use burn_core::tensor::{Device, Tensor};
 /// use burn_store::ModuleSnapshot;

@@ -22,8 +22,7 @@ impl CandleStore {
     /// the write failing (nothing is left at `path` then).
     ///
     /// ```
-    /// # let dir = std::env::temp_dir().join(format!("st-doc-cs-{}", std::process::id()));
-    /// # std::fs::create_dir_all(&dir)?;
+    /// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
     /// use candle_core::{DType, Device};
     /// let store = scopetree::candle::CandleStore::new();
     /// candle_nn::linear(2, 2, store.var_builder(DType::F32, &Device::Cpu).pp("fc"))?;
@@ -84,7 +83,7 @@ impl CandleStore {
     /// made or a shard or the index cannot be written.
     ///
     /// ```
-    /// # let dir = std::env::temp_dir().join(format!("st-doc-css-{}", std::process::id()));
+    /// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
     /// use candle_core::{DType, Device};
     /// use scopetree::{candle::CandleStore, checkpoint::{LoadOptions, SaveOptions}};
     /// let store = CandleStore::new();

@@ -142,8 +142,7 @@ impl CandleStore {
     /// tensor's device) so that even that changes nothing.
     ///
     /// ```
-    /// # let dir = std::env::temp_dir().join(format!("st-doc-cl-{}", std::process::id()));
-    /// # std::fs::create_dir_all(&dir)?;
+    /// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
     /// use candle_core::{DType, Device};
     /// use scopetree::{candle::CandleStore, checkpoint::LoadOptions};
     /// let trained = CandleStore::new();
@@ -199,8 +198,7 @@ impl CandleStore {
     /// when an existing `Var` lives elsewhere (nothing changes then).
     ///
     /// ```
-    /// # let dir = std::env::temp_dir().join(format!("st-doc-clo-{}", std::process::id()));
-    /// # std::fs::create_dir_all(&dir)?;
+    /// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
     /// use candle_core::{DType, Device};
     /// use scopetree::{candle::CandleStore, checkpoint::LoadOptions};
     /// let trained = CandleStore::new();
@@ -241,8 +239,7 @@ impl CandleStore {
     /// is then as before the load, which no longer waits.
     ///
     /// ```
-    /// # let dir = std::env::temp_dir().join(format!("st-doc-place-{}", std::process::id()));
-    /// # std::fs::create_dir_all(&dir)?;
+    /// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
     /// use candle_core::{DType, Device};
     /// use scopetree::{candle::CandleStore, checkpoint::LoadOptions};
     /// let trained = CandleStore::new();

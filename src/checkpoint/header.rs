@@ -21,8 +21,7 @@ const MAX_HEADER: u64 = 100_000_000;
 /// One tensor as the file's header declares it.
 ///
 /// ```
-/// # let dir = std::env::temp_dir().join(format!("st-doc-ft-{}", std::process::id()));
-/// # std::fs::create_dir_all(&dir)?;
+/// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
 /// use scopetree::{ScopeTree, checkpoint};
 /// let mut tree = ScopeTree::new();
 /// let w = tree.var(tree.root(), "w")?;

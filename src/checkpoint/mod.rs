@@ -41,8 +41,7 @@
 //! | `error` | [`Error`] and its parts |
 //!
 //! ```
-//! # let dir = std::env::temp_dir().join(format!("st-doc-mod-{}", std::process::id()));
-//! # std::fs::create_dir_all(&dir)?;
+//! # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
 //! use scopetree::{ScopeTree, checkpoint};
 //!
 //! let mut tree = ScopeTree::new();
@@ -153,8 +152,7 @@ impl Separator {
 /// or foreign scope.
 ///
 /// ```
-/// # let dir = std::env::temp_dir().join(format!("st-doc-save-{}", std::process::id()));
-/// # std::fs::create_dir_all(&dir)?;
+/// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
 /// use scopetree::{ScopeTree, checkpoint::{self, SaveOptions, Separator}};
 /// let mut tree = ScopeTree::new();
 /// let dec = tree.new_named_scope(tree.root(), "decoder")?;
@@ -181,8 +179,7 @@ pub fn save(
 /// As [`save`].
 ///
 /// ```
-/// # let dir = std::env::temp_dir().join(format!("st-doc-saves-{}", std::process::id()));
-/// # std::fs::create_dir_all(&dir)?;
+/// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
 /// use scopetree::{checkpoint, sharing::VariableStore};
 /// let mut store = VariableStore::new();
 /// let root = store.tree().root();
@@ -233,8 +230,7 @@ pub fn save_store(
 /// [`LoadOptions::rollback`]).
 ///
 /// ```
-/// # let dir = std::env::temp_dir().join(format!("st-doc-load-{}", std::process::id()));
-/// # std::fs::create_dir_all(&dir)?;
+/// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
 /// use scopetree::{ScopeTree, checkpoint::{self, LoadOptions, SaveOptions}};
 /// let mut tree = ScopeTree::new();
 /// let w = tree.var(tree.root(), "w")?;
@@ -267,8 +263,7 @@ pub fn load(
 /// As [`load`].
 ///
 /// ```
-/// # let dir = std::env::temp_dir().join(format!("st-doc-loads-{}", std::process::id()));
-/// # std::fs::create_dir_all(&dir)?;
+/// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
 /// use scopetree::{checkpoint, sharing::VariableStore};
 /// let mut store = VariableStore::new();
 /// let root = store.tree().root();
@@ -302,7 +297,7 @@ pub fn load_store(
 /// [`Error::Io`], [`Error::BadFile`] or [`Error::BadIndex`].
 ///
 /// ```
-/// # let dir = std::env::temp_dir().join(format!("st-doc-inspect-{}", std::process::id()));
+/// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
 /// use scopetree::{ScopeTree, checkpoint::{self, SaveOptions}};
 /// let mut tree = ScopeTree::new();
 /// for name in ["a", "b"] {
@@ -349,7 +344,7 @@ pub fn inspect(path: impl AsRef<Path>) -> Result<Vec<FileTensor>, Error> {
 /// be written.
 ///
 /// ```
-/// # let dir = std::env::temp_dir().join(format!("st-doc-sharded-{}", std::process::id()));
+/// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
 /// use scopetree::{ScopeTree, checkpoint::{self, FloatDtype, LoadOptions, SaveOptions, Separator}};
 /// let mut tree = ScopeTree::new();
 /// let layers = tree.new_named_scope(tree.root(), "layers")?;
@@ -388,7 +383,7 @@ pub fn save_sharded(
 /// As [`save_sharded`].
 ///
 /// ```
-/// # let dir = std::env::temp_dir().join(format!("st-doc-sharded-store-{}", std::process::id()));
+/// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
 /// use scopetree::{checkpoint, sharing::VariableStore};
 /// let mut store = VariableStore::new();
 /// let root = store.tree().root();

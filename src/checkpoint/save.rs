@@ -177,8 +177,7 @@ impl SaveOptions {
 /// What a save wrote and left out.
 ///
 /// ```
-/// # let dir = std::env::temp_dir().join(format!("st-doc-sr-{}", std::process::id()));
-/// # std::fs::create_dir_all(&dir)?;
+/// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
 /// use scopetree::{ScopeTree, checkpoint};
 /// let mut tree = ScopeTree::new();
 /// let w = tree.var(tree.root(), "w")?;

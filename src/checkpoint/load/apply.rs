@@ -233,10 +233,9 @@ mod tests {
 
     /// A tree of three `Vec<f32>` variables `a`, `b`, `c` of 1,000 values
     /// each, saved to a file; then the values are set to zero.
-    fn saved(name: &str) -> (ScopeTree, [VarId; 3], std::path::PathBuf) {
-        let dir = std::env::temp_dir().join(format!("st-load-unit-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
+    fn saved(name: &str) -> (ScopeTree, [VarId; 3], std::path::PathBuf, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
         let mut tree = ScopeTree::new();
         let root = tree.root();
         let vars = ["a", "b", "c"].map(|n| tree.var(root, n).unwrap());
@@ -247,7 +246,7 @@ mod tests {
         for v in vars {
             tree.set(v, vec![0.0_f32; 1000]).unwrap();
         }
-        (tree, vars, path)
+        (tree, vars, path, dir)
     }
 
     /// Cuts the last `by` bytes off the file (the disk "failing" after the
@@ -267,7 +266,7 @@ mod tests {
     /// the file's bytes and the error says the tree changed.
     #[test]
     fn a_read_error_after_the_checks_is_reported_as_a_partial_load() {
-        let (mut tree, [a, b, c], path) = saved("partial.safetensors");
+        let (mut tree, [a, b, c], path, _dir) = saved("partial.safetensors");
         let root = tree.root();
         let opts = LoadOptions::new();
         let plan = plan(&tree, root, &path, &opts, &|_| None).unwrap();
@@ -286,7 +285,7 @@ mod tests {
     /// With `rollback(true)` the same failure leaves every value as it was.
     #[test]
     fn with_rollback_a_read_error_changes_nothing() {
-        let (mut tree, vars, path) = saved("rollback.safetensors");
+        let (mut tree, vars, path, _dir) = saved("rollback.safetensors");
         let root = tree.root();
         let opts = LoadOptions::new().rollback(true);
         let plan = plan(&tree, root, &path, &opts, &|_| None).unwrap();
@@ -306,7 +305,7 @@ mod tests {
     /// changes nothing even by default.
     #[test]
     fn staged_values_are_read_before_anything_changes() {
-        let (mut tree, vars, path) = saved("staged.safetensors");
+        let (mut tree, vars, path, _dir) = saved("staged.safetensors");
         for v in vars {
             tree.clear(v).unwrap();
         }
@@ -339,10 +338,17 @@ mod tests {
         use super::*;
         use candle_core::{Device, Var};
 
-        fn saved(name: &str) -> (ScopeTree, [VarId; 3], [Var; 3], std::path::PathBuf) {
-            let dir = std::env::temp_dir().join(format!("st-load-var-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            let path = dir.join(name);
+        type Saved = (
+            ScopeTree,
+            [VarId; 3],
+            [Var; 3],
+            std::path::PathBuf,
+            tempfile::TempDir,
+        );
+
+        fn saved(name: &str) -> Saved {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(name);
             let mut tree = ScopeTree::new();
             let root = tree.root();
             let vars = ["a", "b", "c"].map(|n| tree.var(root, n).unwrap());
@@ -360,7 +366,7 @@ mod tests {
                 )
                 .unwrap();
             }
-            (tree, vars, held, path)
+            (tree, vars, held, path, dir)
         }
 
         fn first(v: &Var) -> f32 {
@@ -369,7 +375,7 @@ mod tests {
 
         #[test]
         fn a_load_assigns_each_var_in_place_and_the_held_var_sees_it() {
-            let (mut tree, vars, held, path) = saved("vars.safetensors");
+            let (mut tree, vars, held, path, _dir) = saved("vars.safetensors");
             let root = tree.root();
             let opts = LoadOptions::new().with_crate_type::<Var>();
             let plan = plan(&tree, root, &path, &opts, &|_| None).unwrap();
@@ -395,7 +401,8 @@ mod tests {
         #[test]
         fn a_read_error_is_a_partial_load_by_default_and_changes_nothing_with_rollback() {
             for rollback in [false, true] {
-                let (mut tree, _, held, path) = saved(&format!("vars-{rollback}.safetensors"));
+                let (mut tree, _, held, path, _dir) =
+                    saved(&format!("vars-{rollback}.safetensors"));
                 let root = tree.root();
                 let opts = LoadOptions::new()
                     .with_crate_type::<Var>()

@@ -903,9 +903,8 @@ mod tests {
     /// copies were queued longest ago, never the one just queued.
     #[test]
     fn windows_take_the_buffers_in_turn() {
-        let dir = std::env::temp_dir().join(format!("st-staged-turn-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("f.bin");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.bin");
         std::fs::write(&path, vec![7_u8; 6 * MIN_BUFFER]).unwrap();
         let parts = [Part {
             path: path.clone(),

@@ -1068,8 +1068,7 @@ impl CandlePlan {
     /// ([`Error::Candle`]), and on the others [`Error::PeerFailed`].
     ///
     /// ```
-    /// # let dir = std::env::temp_dir().join(format!("st-doc-cplan-save-{}", std::process::id()));
-    /// # std::fs::create_dir_all(&dir)?;
+    /// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
     /// use candle_core::{DType, Device};
     /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, SingleProcess}};
     /// let store = CandleStore::new();
@@ -1117,8 +1116,7 @@ impl CandlePlan {
     /// values (files that differ between hosts).
     ///
     /// ```
-    /// # let dir = std::env::temp_dir().join(format!("st-doc-cplan-load-{}", std::process::id()));
-    /// # std::fs::create_dir_all(&dir)?;
+    /// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
     /// use candle_core::{DType, Device, Tensor};
     /// use scopetree::{candle::CandleStore, ranks::{CandlePlan, PlanOptions, SingleProcess}};
     /// let store = CandleStore::new();

@@ -32,8 +32,7 @@ impl SyncPlan {
     /// naming the root; nothing is left at `path` then.
     ///
     /// ```
-    /// # let dir = std::env::temp_dir().join(format!("st-doc-ranks-save-{}", std::process::id()));
-    /// # std::fs::create_dir_all(&dir)?;
+    /// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
     /// use scopetree::{ScopeTree, checkpoint::SaveOptions, ranks::{PlanOptions, SingleProcess, SyncPlan}};
     /// let mut tree = ScopeTree::new();
     /// let w = tree.var(tree.root(), "w")?;
@@ -101,8 +100,7 @@ impl SyncPlan {
     /// hosts).
     ///
     /// ```
-    /// # let dir = std::env::temp_dir().join(format!("st-doc-ranks-load-{}", std::process::id()));
-    /// # std::fs::create_dir_all(&dir)?;
+    /// # let tmp = tempfile::tempdir()?; let dir = tmp.path().to_path_buf();
     /// use scopetree::{ScopeTree, checkpoint::SaveOptions, ranks::{PlanOptions, SingleProcess, SyncPlan}};
     /// let mut tree = ScopeTree::new();
     /// let w = tree.var(tree.root(), "w")?;
