@@ -7,39 +7,20 @@
 //! given twice, or copied into a shard the index does not assign them to;
 //! a load that succeeds holds the bytes of the shard the index names.
 
+#[path = "support/bad_files_model.rs"]
+mod bad_files_model;
 #[path = "support/mutations.rs"]
 mod mutations;
 
 use std::path::Path;
 
+use bad_files_model::model;
 use mutations::{Mutation, apply, mutation};
 use proptest::prelude::*;
 use scopetree::checkpoint::{
     self, BadFile, Checkpointable, Error, LoadOptions, SaveOptions, Tensor,
 };
 use scopetree::{ScopeTree, VarId};
-
-/// The model the files are loaded into: a: f32 x5, s/b: i16 [2,3], s/c: u8 x4.
-fn model(fill: bool) -> (ScopeTree, [VarId; 3]) {
-    let mut t = ScopeTree::new();
-    let s = t.new_named_scope(t.root(), "s").unwrap();
-    let a = t.var(t.root(), "a").unwrap();
-    let b = t.var(s, "b").unwrap();
-    let c = t.var(s, "c").unwrap();
-    let k = if fill { 1 } else { 0 };
-    t.set(
-        a,
-        (0..5).map(|i| (i * k) as f32 + 0.5).collect::<Vec<f32>>(),
-    )
-    .unwrap();
-    t.set(
-        b,
-        Tensor::new(vec![2, 3], (0..6).map(|i| (i * k) as i16 - 3).collect()).unwrap(),
-    )
-    .unwrap();
-    t.set(c, vec![7_u8 * k as u8; 4]).unwrap();
-    (t, [a, b, c])
-}
 
 /// Each variable's key and bytes.
 fn state(t: &ScopeTree, [a, b, c]: [VarId; 3]) -> Vec<(String, Vec<u8>)> {
