@@ -37,7 +37,8 @@ pub fn state(t: &ScopeTree, [a, b, c]: [VarId; 3]) -> State {
     }
 }
 
-/// A failed load's error: short whatever the input, and naming a file.
+/// A failed load's error: its message under 1,000 bytes whatever the
+/// input.
 pub fn check_error(e: &Error) {
     let msg = e.to_string();
     assert!(
