@@ -88,7 +88,6 @@ pub fn failed<T>(r: &Result<T, Error>) -> bool {
 
 /// Saves the filled model as a sharded checkpoint into `dir`: a shard a
 /// tensor, and the index.
-#[allow(dead_code)]
 pub fn save_sharded(dir: &std::path::Path) {
     let (t, _) = model(true);
     let opts = checkpoint::SaveOptions::new().max_shard_size(1);
