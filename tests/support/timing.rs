@@ -55,7 +55,10 @@ const BUDGET: Duration = Duration::from_secs(3);
 /// taken over the operations done so far. Only an operation far slower than
 /// its documented cost gets near it.
 const RUN_CAP: Duration = Duration::from_millis(300);
-/// Operations between two reads of the clock inside a run.
+/// Operations between two reads of the clock inside a run, once the run is
+/// under way: the first reads come after 1, 2, 4, … operations, so that an
+/// operation far slower than its documented cost ends its run after one
+/// call rather than after `CHUNK`.
 const CHUNK: usize = 64;
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -234,8 +237,9 @@ fn time_run<S>(copies: &mut [S], ops: usize, op: &mut impl FnMut(&mut S, usize))
     let c = copies.len();
     let start = Instant::now();
     let mut done = 0;
+    let mut chunk = 1;
     while done < ops {
-        let end = (done + CHUNK).min(ops);
+        let end = (done + chunk).min(ops);
         for j in done..end {
             op(&mut copies[j % c], j / c);
         }
@@ -243,6 +247,7 @@ fn time_run<S>(copies: &mut [S], ops: usize, op: &mut impl FnMut(&mut S, usize))
         if start.elapsed() > RUN_CAP {
             break;
         }
+        chunk = (chunk * 2).min(CHUNK);
     }
     start.elapsed().as_nanos() as f64 / done as f64
 }
