@@ -609,3 +609,58 @@ fn a_new_checkpoint_is_world_readable_and_a_replaced_one_keeps_its_mode() -> R {
     );
     Ok(())
 }
+
+/// The same tree saved with the same metadata gives the same bytes (a
+/// sharded save's id aside, which is new each save): the metadata's entries
+/// are written sorted by key, not in the order of a `HashMap`, which
+/// differs from map to map.
+#[test]
+fn the_same_tree_and_metadata_save_the_same_bytes() -> R {
+    let d = dir();
+    let (t, _) = small()?;
+    let meta = || {
+        (0..24)
+            .map(|i| (format!("key{i}"), format!("value{i}")))
+            .collect::<std::collections::HashMap<_, _>>()
+    };
+    let (a, b) = (d.path().join("a"), d.path().join("b"));
+    checkpoint::save(&t, t.root(), &a, &SaveOptions::new().metadata(meta()))?;
+    checkpoint::save(&t, t.root(), &b, &SaveOptions::new().metadata(meta()))?;
+    assert!(std::fs::read(&a)? == std::fs::read(&b)?, "two saves differ");
+    let text = String::from_utf8_lossy(&std::fs::read(&a)?).into_owned();
+    let (k2, k10) = (
+        text.find("\"key2\"").unwrap(),
+        text.find("\"key10\"").unwrap(),
+    );
+    assert!(k10 < k2, "sorted as strings: {text:.200}");
+
+    let opts = || SaveOptions::new().metadata(meta()).max_shard_size(1);
+    let (sa, sb) = (d.path().join("sa"), d.path().join("sb"));
+    checkpoint::save_sharded(&t, t.root(), &sa, &opts())?;
+    checkpoint::save_sharded(&t, t.root(), &sb, &opts())?;
+    let mut names: Vec<_> = std::fs::read_dir(&sa)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()?;
+    names.sort();
+    assert!(names.len() > 2, "{names:?}");
+    let id = |dir: &std::path::Path| -> Result<String, Box<dyn std::error::Error>> {
+        let index = std::fs::read(dir.join("model.safetensors.index.json"))?;
+        let index: serde_json::Value = serde_json::from_slice(&index)?;
+        Ok(index["metadata"]["scopetree_save_id"]
+            .as_str()
+            .ok_or("no save id")?
+            .to_owned())
+    };
+    let (ia, ib) = (id(&sa)?, id(&sb)?);
+    assert_eq!(ia.len(), ib.len());
+    for name in names {
+        let x = std::fs::read(sa.join(&name))?;
+        let mut y = std::fs::read(sb.join(&name))?;
+        let at = (y.windows(ib.len()))
+            .position(|w| w == ib.as_bytes())
+            .ok_or("no save id in the file")?;
+        y[at..at + ib.len()].copy_from_slice(ia.as_bytes());
+        assert!(x == y, "{name:?} differs beyond the save id");
+    }
+    Ok(())
+}

@@ -340,10 +340,36 @@ impl Item<'_> {
     }
 }
 
+/// The JSON header of a file of the tensors `infos` (in their order) with
+/// `metadata`, as `safetensors::serialize` makes it but with the metadata's
+/// entries sorted by key (`serialize` writes them in a `HashMap`'s order,
+/// which changes from process to process): the same tensors and metadata
+/// give the same bytes. O(tensors + metadata entries × log).
+fn header_json(
+    metadata: Option<HashMap<String, String>>,
+    infos: Vec<(String, TensorInfo)>,
+) -> Result<Vec<u8>, safetensors::SafeTensorError> {
+    let json_err = safetensors::SafeTensorError::JsonError;
+    let tensors = serde_json::to_string(&Metadata::new(None, infos)?).map_err(json_err)?;
+    let Some(metadata) = metadata else {
+        return Ok(tensors.into_bytes());
+    };
+    let sorted: std::collections::BTreeMap<String, String> = metadata.into_iter().collect();
+    let mut out = String::from("{\"__metadata__\":");
+    out.push_str(&serde_json::to_string(&sorted).map_err(json_err)?);
+    // `tensors` is `{` then the tensors' entries, or `{}` with none.
+    if tensors.len() > 2 {
+        out.push(',');
+    }
+    out.push_str(&tensors[1..]);
+    Ok(out.into_bytes())
+}
+
 /// Writes `items` to `path` as safetensors, atomically (a temporary file,
 /// then a rename), keeping the permissions of the file it replaces: the
 /// header as `safetensors::serialize` makes it (tensors by dtype, largest
 /// alignment first, then by key; the JSON padded with spaces to 8 bytes),
+/// its metadata sorted by key ([`header_json`]),
 /// then each tensor's bytes streamed from its value, converted to
 /// `floats_as` where they convert. O(bytes); memory: the header and one
 /// piece of a value.
@@ -378,10 +404,7 @@ fn write_file(
         ));
         offset += len;
     }
-    let header = Metadata::new(metadata, infos).map_err(write_err)?;
-    let mut header = serde_json::to_string(&header)
-        .map_err(|e| write_err(safetensors::SafeTensorError::JsonError(e)))?
-        .into_bytes();
+    let mut header = header_json(metadata, infos).map_err(write_err)?;
     header.resize(header.len().next_multiple_of(8), b' ');
     if header.len() > MAX_HEADER {
         return Err(write_err(safetensors::SafeTensorError::HeaderTooLarge));
@@ -754,4 +777,61 @@ pub(crate) fn sync_file(path: &Path) -> Result<(), Error> {
     std::fs::File::open(path)
         .and_then(|f| f.sync_all())
         .map_err(Error::io(&path.to_string_lossy()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn infos() -> Vec<(String, TensorInfo)> {
+        let info = |dtype, shape: Vec<usize>, at: (usize, usize)| TensorInfo {
+            dtype,
+            shape,
+            data_offsets: at,
+        };
+        vec![
+            (
+                "w".to_owned(),
+                info(safetensors::Dtype::F32, vec![2], (0, 8)),
+            ),
+            (
+                "b".to_owned(),
+                info(safetensors::Dtype::U8, vec![3], (8, 11)),
+            ),
+        ]
+    }
+
+    /// With one metadata entry (or none) the header is byte for byte what
+    /// `safetensors` writes; with many, the entries come sorted, whatever
+    /// the map's order. With no tensor and an empty metadata map it is
+    /// `{"__metadata__":{}}`, where `safetensors` 0.8 writes the invalid
+    /// `{},"__metadata__":{}}`.
+    #[test]
+    fn headers_are_safetensors_own_with_the_metadata_sorted() {
+        let ours = |meta: Option<HashMap<String, String>>, infos| {
+            String::from_utf8(header_json(meta, infos).unwrap()).unwrap()
+        };
+        let theirs = |meta: Option<HashMap<String, String>>, infos| {
+            serde_json::to_string(&Metadata::new(meta, infos).unwrap()).unwrap()
+        };
+        let one = HashMap::from([("format".to_owned(), "pt".to_owned())]);
+        for meta in [None, Some(one)] {
+            assert_eq!(ours(meta.clone(), infos()), theirs(meta.clone(), infos()));
+            assert_eq!(ours(meta.clone(), Vec::new()), theirs(meta, Vec::new()));
+        }
+        let empty = Some(HashMap::new());
+        assert_eq!(ours(empty.clone(), infos()), theirs(empty.clone(), infos()));
+        assert_eq!(ours(empty, Vec::new()), r#"{"__metadata__":{}}"#);
+        let many: Vec<(String, String)> = (0..40)
+            .map(|i| (format!("k{:02}", (i * 7) % 40), i.to_string()))
+            .collect();
+        let text = ours(Some(many.iter().cloned().collect()), infos());
+        let keys: Vec<usize> = (0..40)
+            .map(|k| text.find(&format!("\"k{k:02}\"")).unwrap())
+            .collect();
+        assert!(keys.is_sorted(), "{text}");
+        let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(parsed["__metadata__"].as_object().unwrap().len(), 40);
+        assert_eq!(parsed["b"]["data_offsets"], serde_json::json!([8, 11]));
+    }
 }
