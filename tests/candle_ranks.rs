@@ -484,7 +484,7 @@ fn load_shards_reads_a_single_file_and_any_sharded_checkpoint() -> R {
 }
 
 #[test]
-fn shards_saved_as_bf16_hold_bf16_floats_without_checksums() -> R {
+fn shards_saved_as_bf16_hold_bf16_floats_with_the_checksums_of_their_bytes() -> R {
     use scopetree::checkpoint::{Dtype, FloatDtype, SaveOptions};
     let dir = tempfile::tempdir()?;
     let (store, _model) = tiny_with_frozen()?;
@@ -504,18 +504,41 @@ fn shards_saved_as_bf16_hold_bf16_floats_without_checksums() -> R {
         };
         assert_eq!(t.dtype, want, "{}", t.key);
     }
-    // Checksums only for the tensors written as they are held.
+    // Every tensor's checksum, of its bytes as written (converted or not).
     let shard = dir.path().join(&saved.shards[0]);
-    let (_, header) = safetensors::SafeTensors::read_metadata(&std::fs::read(&shard)?)?;
-    let mut sums: Vec<&str> = header
-        .metadata()
-        .as_ref()
-        .expect("metadata")
-        .keys()
-        .filter_map(|k| k.strip_prefix("scopetree_xxh3/"))
-        .collect();
-    sums.sort_unstable();
-    assert_eq!(sums, ["stats.count", "stats.mean"]);
+    let bytes = std::fs::read(&shard)?;
+    let (n, header) = safetensors::SafeTensors::read_metadata(&bytes)?;
+    let meta = header.metadata().as_ref().expect("metadata");
+    let mut sums = 0;
+    for (key, info) in header.tensors() {
+        let data = &bytes[8 + n + info.data_offsets.0..8 + n + info.data_offsets.1];
+        let sum = format!("{:032x}", xxhash_rust::xxh3::xxh3_128(data));
+        assert_eq!(
+            meta.get(&format!("scopetree_xxh3/{key}")),
+            Some(&sum),
+            "{key}"
+        );
+        sums += 1;
+    }
+    assert_eq!(sums, file.len());
+    // A store loads them, converting, with every checksum checked.
+    let fresh = CandleStore::new();
+    let opts = LoadOptions::new().create(true);
+    fresh.load_on(dir.path(), &opts, &CPU)?;
+    assert_eq!(fresh.with_store(|s| s.tree().var_count()), file.len());
+    // A converted tensor changed on disk no longer loads.
+    let w = header.info("fc.weight").expect("fc.weight");
+    let mut bad = bytes.clone();
+    bad[8 + n + w.data_offsets.0] ^= 0x40;
+    std::fs::write(&shard, &bad)?;
+    let fresh = CandleStore::new();
+    let err = fresh.load_on(dir.path(), &opts, &CPU).unwrap_err();
+    assert!(
+        err.to_string().contains("fc.weight") && err.to_string().contains("checksum"),
+        "{err}"
+    );
+    assert_eq!(fresh.with_store(|s| s.tree().var_count()), 0);
+    std::fs::write(&shard, &bytes)?;
     // candle reads the converted floats; the store, of F32, does not fit.
     let vb = unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&[shard], DType::F32, &CPU)? };
     assert_eq!(vb.get((3, 4), "fc.weight")?.dtype(), DType::F32);

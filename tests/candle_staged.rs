@@ -241,6 +241,44 @@ fn checksums_are_verified_and_a_bad_one_in_the_last_shard_changes_nothing() {
     assert_eq!(fresh.with_store(|s| s.tree().var_count()), 0);
 }
 
+/// A shard that records the checksums of its other tensors but not of one
+/// (an entry lost after the save) is refused before any Var is written:
+/// that tensor could not be checked.
+#[test]
+fn a_tensor_without_its_checksum_beside_checked_ones_is_refused() {
+    let src = model(3, 1000, DType::F32);
+    let dir = tempfile::tempdir().unwrap();
+    let mut meta = HashMap::new();
+    for (k, v) in src.named_vars().unwrap() {
+        let mut bytes = Vec::new();
+        checkpoint::Checkpointable::write_le(&v, 1 << 20, &mut |p| {
+            bytes.extend_from_slice(p);
+            Ok(())
+        })
+        .unwrap();
+        let sum = xxhash_rust::xxh3::xxh3_128(&bytes);
+        meta.insert(format!("scopetree_xxh3/{k}"), format!("{sum:032x}"));
+    }
+    meta.remove("scopetree_xxh3/layers.01.w").unwrap();
+    src.save_sharded(dir.path(), &SaveOptions::new().metadata(meta))
+        .unwrap();
+    let built = zeroed(&src);
+    let before = contents(&built);
+    let err = built.load(dir.path(), &LoadOptions::new()).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::Checkpoint(checkpoint::Error::BadFile {
+                problem: checkpoint::BadFile::MissingChecksum { key },
+                ..
+            }) if key == "layers.01.w"
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("layers.01.w"), "{err}");
+    assert_eq!(contents(&built), before, "nothing changed");
+}
+
 #[test]
 fn a_missing_name_fails_before_any_read_and_names_it() {
     let src = model(3, 1_000, DType::F32);

@@ -297,8 +297,8 @@ fn a_corrupted_shard_is_found_by_its_checksums_and_changes_nothing() -> R {
     assert!(msg.contains("enc/w") && msg.contains("corrupted"), "{msg}");
     assert_eq!(values(&other, &ovars)?, before);
 
-    // bf16 shards carry no checksum of the converted bytes, and load as
-    // any checkpoint does.
+    // bf16 shards carry the checksum of every tensor as written: of the
+    // converted bytes, which a loader checks before it converts them.
     let bf = tempfile::tempdir()?;
     plan.save_shards(
         &SingleProcess,
@@ -306,9 +306,65 @@ fn a_corrupted_shard_is_found_by_its_checksums_and_changes_nothing() -> R {
         bf.path(),
         &SaveOptions::new().floats_as(FloatDtype::BF16),
     )?;
-    let text = std::fs::read(bf.path().join("model-00001-of-00001.safetensors"))?;
-    assert!(!String::from_utf8_lossy(&text).contains("scopetree_xxh3/enc/w"));
-    assert!(String::from_utf8_lossy(&bytes).contains("scopetree_xxh3/enc/w"));
+    let file = bf.path().join("model-00001-of-00001.safetensors");
+    let text = std::fs::read(&file)?;
+    let header_len = u64::from_le_bytes(text[..8].try_into()?) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&text[8..8 + header_len])?;
+    let data = &text[8 + header_len..];
+    for t in checkpoint::inspect(&file)? {
+        assert_eq!(t.dtype, checkpoint::Dtype::BF16, "{}", t.key);
+        let sum = xxhash_rust::xxh3::xxh3_128(&data[t.begin as usize..t.end as usize]);
+        let recorded = &header["__metadata__"][format!("scopetree_xxh3/{}", t.key)];
+        assert_eq!(
+            recorded.as_str(),
+            Some(format!("{sum:032x}").as_str()),
+            "{}",
+            t.key
+        );
+    }
+    Ok(())
+}
+
+/// A shard whose metadata lost the checksum of one tensor (its key changed
+/// by a byte), while it records the others', is refused: that tensor could
+/// not be checked, so its bytes, changed too here, never reach the tree.
+#[test]
+fn a_tensor_whose_checksum_entry_is_gone_is_refused_and_changes_nothing() -> R {
+    let dir = tempfile::tempdir()?;
+    let (tree, scope, _) = model(1.0)?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, scope, &scratch())?;
+    let saved = plan.save_shards(&SingleProcess, &tree, dir.path(), &SaveOptions::new())?;
+    let shard = dir.path().join(&saved.shards[0]);
+    let mut bytes = std::fs::read(&shard)?;
+    let entry = b"scopetree_xxh3/enc/w";
+    let at = bytes
+        .windows(entry.len())
+        .position(|w| w == entry)
+        .ok_or("no checksum entry")?;
+    bytes[at + 1] = b'C'; // "sCopetree_xxh3/enc/w": an unknown entry now
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&shard, &bytes)?;
+
+    let (mut other, oscope, ovars) = model(5.0)?;
+    let mut oplan = SyncPlan::new(&SingleProcess, &other, oscope, &scratch())?;
+    let before = values(&other, &ovars)?;
+    let err = oplan
+        .load_shards(&SingleProcess, &mut other, dir.path())
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(
+            &err,
+            Error::Checkpoint(checkpoint::Error::BadFile {
+                problem: checkpoint::BadFile::MissingChecksum { key },
+                ..
+            }) if key == "enc/w"
+        ),
+        "{err:?}"
+    );
+    assert!(msg.contains("enc/w") && msg.contains("checksums"), "{msg}");
+    assert_eq!(values(&other, &ovars)?, before);
     Ok(())
 }
 

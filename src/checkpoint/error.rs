@@ -322,6 +322,14 @@ pub enum BadFile {
         /// The length of the declared byte range.
         bytes: u64,
     },
+    /// The metadata records the checksums of the file's other tensors
+    /// (`scopetree_xxh3/<key>`) but not this one's: a save that writes
+    /// checksums writes one for every tensor, so an entry was lost or a key
+    /// changed after the save, and the tensor cannot be checked.
+    MissingChecksum {
+        /// The tensor's key.
+        key: String,
+    },
 }
 
 impl fmt::Display for BadFile {
@@ -385,6 +393,12 @@ impl fmt::Display for BadFile {
                     if shape.len() > SHOWN { " (cut)" } else { "" }
                 )
             }
+            Self::MissingChecksum { key } => write!(
+                f,
+                "it records the checksums of its other tensors but not of {} (changed after its \
+                 save); restore it or load an earlier checkpoint",
+                short::path(key)
+            ),
         }
     }
 }

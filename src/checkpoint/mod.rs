@@ -87,7 +87,6 @@ pub use element::Element;
 pub use error::{BadFile, BadIndex, Error, Mismatch, NotTensor};
 #[cfg(feature = "burn")]
 pub(crate) use float_convert::convert_floats;
-#[cfg(feature = "candle")]
 pub(crate) use float_convert::convert_floats_into;
 pub(crate) use float_convert::is_convertible_float;
 pub use header::FileTensor;

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashMap;
 
-use super::error::{BadIndex, Error};
+use super::error::{BadFile, BadIndex, Error};
 use super::header::{FileTensor, read_header};
-use super::index::{INDEX_FILE, SAVE_ID, SINGLE_FILE, read_index};
+use super::index::{CHECKSUM_PREFIX, INDEX_FILE, SAVE_ID, SINGLE_FILE, read_index};
 use crate::short;
 
 /// One file of a checkpoint, open, its header read.
@@ -20,6 +20,63 @@ pub(crate) struct Part {
     pub(crate) data_start: u64,
     /// The file's `__metadata__` string pairs, if it has them.
     pub(crate) metadata: Option<std::collections::HashMap<String, String>>,
+    /// Whether the metadata records any tensor's checksum: a save that
+    /// writes checksums writes one for every tensor of the file.
+    checksums: bool,
+}
+
+impl Part {
+    /// The file at `path`, open as `file`, its data starting at
+    /// `data_start`, with its header's `metadata`. O(metadata entries).
+    pub(crate) fn new(
+        path: PathBuf,
+        file: File,
+        data_start: u64,
+        metadata: Option<std::collections::HashMap<String, String>>,
+    ) -> Self {
+        let checksums = metadata
+            .as_ref()
+            .is_some_and(|m| m.keys().any(|k| k.starts_with(CHECKSUM_PREFIX)));
+        Self {
+            path,
+            file,
+            data_start,
+            metadata,
+            checksums,
+        }
+    }
+
+    /// The checksum this file records for its tensor `key` (see
+    /// [`CHECKSUM_PREFIX`]): `None` when the file records no checksum at
+    /// all (a file another program wrote). O(1) plus a hash lookup.
+    ///
+    /// # Errors
+    /// [`Error::BadFile`] when the entry is not 32 hex digits, or when the
+    /// file records the checksums of other tensors but not of `key` (an
+    /// entry lost or a key changed after the save: no tensor of such a
+    /// file goes unchecked).
+    pub(crate) fn checksum(&self, key: &str) -> Result<Option<u128>, Error> {
+        if !self.checksums {
+            return Ok(None);
+        }
+        let entry = format!("{CHECKSUM_PREFIX}{key}");
+        let bad = |problem| Error::BadFile {
+            path: short::path(&self.path.to_string_lossy()),
+            problem,
+        };
+        let Some(text) = self.metadata.as_ref().and_then(|m| m.get(&entry)) else {
+            return Err(bad(BadFile::MissingChecksum {
+                key: key.to_owned(),
+            }));
+        };
+        match u128::from_str_radix(text, 16) {
+            Ok(sum) if text.len() == 32 => Ok(Some(sum)),
+            _ => Err(bad(BadFile::BadEntry {
+                key: entry,
+                reason: "a checksum is 32 hex digits".to_owned(),
+            })),
+        }
+    }
 }
 
 /// A checkpoint, opened: its parts and the tensors a load considers.
@@ -76,12 +133,12 @@ fn open_file(path: &Path) -> Result<Opened, Error> {
     let header = read_header(&mut file, &shown)?;
     Ok(Opened {
         tensors: header.tensors.into_iter().map(|t| (0, t)).collect(),
-        parts: vec![Part {
-            path: path.to_owned(),
+        parts: vec![Part::new(
+            path.to_owned(),
             file,
-            data_start: header.data_start,
-            metadata: header.metadata,
-        }],
+            header.data_start,
+            header.metadata,
+        )],
         shown,
         unassigned: Vec::new(),
     })
@@ -175,12 +232,7 @@ fn open_index(index_path: &Path) -> Result<Opened, Error> {
             };
             return Err(bad(index_path, problem));
         }
-        parts.push(Part {
-            path,
-            file,
-            data_start: header.data_start,
-            metadata: header.metadata,
-        });
+        parts.push(Part::new(path, file, header.data_start, header.metadata));
     }
     unassigned.sort_unstable();
     Ok(Opened {
@@ -250,14 +302,15 @@ impl Opened {
         Ok(h.digest128())
     }
 
-    /// The checksum text the file of tensor `i` carries for it (see
-    /// [`CHECKSUM_PREFIX`](super::index::CHECKSUM_PREFIX)), with that
-    /// file's path, if any. O(1) plus a hash lookup.
-    pub(crate) fn checksum(&self, i: usize) -> Option<(&str, &Path)> {
+    /// The checksum the file of tensor `i` records for it, with that
+    /// file's path; `None` when that file records no checksum at all (see
+    /// [`Part::checksum`]). O(1) plus a hash lookup.
+    ///
+    /// # Errors
+    /// As [`Part::checksum`].
+    pub(crate) fn checksum(&self, i: usize) -> Result<Option<(u128, &Path)>, Error> {
         let (part, t) = &self.tensors[i];
         let part = &self.parts[*part];
-        let key = format!("{}{}", super::index::CHECKSUM_PREFIX, t.key);
-        let sum = part.metadata.as_ref()?.get(&key)?;
-        Some((sum.as_str(), part.path.as_path()))
+        Ok(part.checksum(&t.key)?.map(|sum| (sum, part.path.as_path())))
     }
 }

@@ -19,7 +19,6 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::checkpoint::error::Error;
 use crate::checkpoint::header::FileTensor;
-use crate::checkpoint::index::CHECKSUM_PREFIX;
 use crate::checkpoint::source::Part;
 use crate::short;
 
@@ -123,38 +122,15 @@ impl Job {
     /// checksum that file carries for it. O(1).
     ///
     /// # Errors
-    /// As [`checksum_of`].
+    /// As [`Part::checksum`].
     pub(crate) fn of(parts: &[Part], part: usize, t: &FileTensor) -> Result<Self, Error> {
         Ok(Self {
             part,
             offset: parts[part].data_start + t.begin,
             len: usize::try_from(t.end - t.begin).unwrap_or(usize::MAX),
             key: t.key.clone(),
-            checksum: checksum_of(&parts[part], &t.key)?,
+            checksum: parts[part].checksum(&t.key)?,
         })
-    }
-}
-
-/// The checksum part `part` carries for `key`, if any.
-///
-/// # Errors
-/// [`Error::BadFile`] when the entry is not 32 hex digits.
-pub(crate) fn checksum_of(part: &Part, key: &str) -> Result<Option<u128>, Error> {
-    let Some(meta) = &part.metadata else {
-        return Ok(None);
-    };
-    let Some(text) = meta.get(&format!("{CHECKSUM_PREFIX}{key}")) else {
-        return Ok(None);
-    };
-    match u128::from_str_radix(text, 16) {
-        Ok(sum) if text.len() == 32 => Ok(Some(sum)),
-        _ => Err(Error::BadFile {
-            path: short::path(&part.path.to_string_lossy()),
-            problem: crate::checkpoint::error::BadFile::BadEntry {
-                key: format!("{CHECKSUM_PREFIX}{key}"),
-                reason: "a checksum is 32 hex digits".to_owned(),
-            },
-        }),
     }
 }
 
@@ -906,12 +882,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f.bin");
         std::fs::write(&path, vec![7_u8; 6 * MIN_BUFFER]).unwrap();
-        let parts = [Part {
-            path: path.clone(),
-            file: File::open(&path).unwrap(),
-            data_start: 0,
-            metadata: None,
-        }];
+        let parts = [Part::new(path.clone(), File::open(&path).unwrap(), 0, None)];
         let jobs: Vec<Job> = (0..6)
             .map(|i| Job {
                 part: 0,

@@ -22,19 +22,22 @@ use crate::ranks::error::Error;
 use crate::ranks::plan::agree::settle;
 use crate::ranks::plan::bucketed::broadcast_values;
 use crate::ranks::transport::collective::Collective;
+use crate::ranks::vars::checksum::WrittenHasher;
 use crate::ranks::vars::manifest::{Manifest, ManifestEntry};
 
-/// The checksum entry of a variable's bytes as held, hashed piece by piece
-/// as a save streams them (a device tensor through two staging pieces), so
-/// no whole copy of it is made on the host.
-fn streamed_sum(key: &str, var: &Var) -> Result<(String, String), Error> {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
+/// The checksum entry of a variable's bytes as written (converted by
+/// `floats_as` where it applies), hashed piece by piece as a save streams
+/// them (a device tensor through two staging pieces), so no whole copy of
+/// it is made on the host.
+fn streamed_sum(key: &str, var: &Var, floats_as: Option<Dtype>) -> Result<(String, String), Error> {
+    let held: Dtype = var.as_tensor().dtype().into();
+    let mut h = WrittenHasher::new(held, written(held, floats_as));
     Checkpointable::write_le(var, 8 << 20, &mut |piece| {
         h.update(piece);
         Ok(())
     })
     .map_err(|e| bad(key, &e))?;
-    Ok(checksum_text(key, h.digest128()))
+    Ok(checksum_text(key, h.digest()))
 }
 
 /// Writes this rank's shard of the save `prepared` (of the variables
@@ -57,11 +60,7 @@ pub(super) fn write_shard(
     let range = prepared.my_range();
     let sums: Vec<_> = named[range.clone()]
         .iter()
-        .filter(|(_, v)| {
-            let held: Dtype = v.as_tensor().dtype().into();
-            written(held, opts.floats_as) == held
-        })
-        .map(|(key, v)| streamed_sum(key, v))
+        .map(|(key, v)| streamed_sum(key, v, opts.floats_as))
         .collect::<Result<_, Error>>()?;
     let path = dir.join(shard);
     let keys: Arc<FxHashSet<String>> = Arc::new(prepared.keys[range].iter().cloned().collect());

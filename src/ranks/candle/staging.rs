@@ -16,7 +16,7 @@ use super::shards::write_shard;
 use crate::candle::CandleStore;
 use crate::checkpoint::{Checkpointable, Dtype, SaveOptions};
 use crate::ranks::checkpoints::plans::{Sealed, SealedStage, ShardedPlan, StagedPlan};
-use crate::ranks::checkpoints::shards::{Prepared, ShardedLoad, ShardedSave, shard_meta, written};
+use crate::ranks::checkpoints::shards::{Prepared, ShardedLoad, ShardedSave, shard_meta};
 use crate::ranks::checkpoints::staged::{Shard, Shards, Spare, Staged};
 use crate::ranks::error::Error;
 use crate::ranks::transport::collective::Collective;
@@ -106,8 +106,9 @@ impl SealedStage<CandleStore> for CandlePlan {
 /// Copies the variables `mine` (this rank's shard of `prepared`, by key)
 /// into `spare`'s buffers, as held (of any dtype, from any device, in
 /// pieces of [`PIECE`] bytes), and describes the shard for the writer,
-/// which adds the checksums of the tensors that `floats_as` leaves as they
-/// are. O(bytes of the shard); allocates only where a buffer is too small.
+/// which adds every tensor's checksum, of its bytes as written (converted
+/// by `floats_as` where it applies). O(bytes of the shard); allocates only
+/// where a buffer is too small.
 ///
 /// # Errors
 /// [`Error::Candle`] naming the variable that cannot be read; the buffers
@@ -122,8 +123,7 @@ fn stage_shard(
     let mut buffers = std::mem::take(&mut spare.model);
     buffers.resize_with(mine.len(), Vec::new);
     let mut tensors = Vec::with_capacity(mine.len());
-    let mut checksummed = Vec::new();
-    for (n, (buf, (key, var))) in buffers.iter_mut().zip(mine).enumerate() {
+    for (buf, (key, var)) in buffers.iter_mut().zip(mine) {
         let dtype: Dtype = var.as_tensor().dtype().into();
         buf.clear();
         buf.reserve(var.elem_count() * var.as_tensor().dtype().size_in_bytes());
@@ -135,9 +135,6 @@ fn stage_shard(
             spare.model = buffers;
             return Err(candle(key, candle_core::Error::Msg(e.to_string())));
         }
-        if written(dtype, opts.floats_as) == dtype {
-            checksummed.push(n);
-        }
         tensors.push((key.clone(), dtype, var.dims().to_vec()));
     }
     spare.model_bytes = buffers.iter().map(Vec::capacity).sum();
@@ -146,7 +143,7 @@ fn stage_shard(
         buffers,
         floats_as: opts.floats_as,
         metadata: shard_meta(opts, &prepared.save_id, Vec::new()),
-        checksummed,
+        checksummed: true,
         path: path.to_owned(),
     })
 }

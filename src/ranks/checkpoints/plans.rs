@@ -253,7 +253,7 @@ impl SyncPlan {
             buffers,
             floats_as: opts.floats_as,
             metadata,
-            checksummed: Vec::new(),
+            checksummed: false,
             path: dir.join(report.mine.as_deref().unwrap_or_default()),
         })
     }

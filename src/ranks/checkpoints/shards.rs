@@ -23,7 +23,7 @@ use crate::ranks::plan::agree::{Same, settle, show_count};
 use crate::ranks::plan::bucketed::broadcast_values;
 use crate::ranks::plan::sync_plan::SyncPlan;
 use crate::ranks::transport::collective::{Collective, DIGEST_BYTES};
-use crate::ranks::vars::checksum::hash_bytes;
+use crate::ranks::vars::checksum::written_hash;
 use crate::ranks::vars::values::{InTree, Slot};
 
 /// The longest save id a save broadcasts (its ids are about 30 bytes).
@@ -295,19 +295,14 @@ pub(in crate::ranks) fn name_save<C: Collective + ?Sized>(comm: &C) -> Result<St
     Ok(String::from_utf8_lossy(&id[..end]).into_owned())
 }
 
-/// The metadata entry of the checksum of the tensor `key` of `bytes` (see
-/// [`CHECKSUM_PREFIX`]). O(bytes).
-pub(in crate::ranks) fn checksum_entry(key: &str, bytes: &[u8]) -> (String, String) {
-    checksum_text(key, hash_bytes(bytes))
-}
-
-/// The metadata entry of the checksum `sum` of the tensor `key`.
+/// The metadata entry of the checksum `sum` of the tensor `key` (see
+/// [`CHECKSUM_PREFIX`]).
 pub(in crate::ranks) fn checksum_text(key: &str, sum: u128) -> (String, String) {
     (format!("{CHECKSUM_PREFIX}{key}"), format!("{sum:032x}"))
 }
 
 /// The metadata of a shard: `opts`' own, `"format": "pt"`, the save's id
-/// and the checksums `sums` (see [`checksum_entry`]). O(entries).
+/// and the checksums `sums` (see [`checksum_text`]). O(entries).
 pub(in crate::ranks) fn shard_meta(
     opts: &SaveOptions,
     save_id: &str,
@@ -342,8 +337,9 @@ impl SyncPlan {
     }
 
     /// The metadata entries of the checksums of the variables at `indices`
-    /// (see [`CHECKSUM_PREFIX`]), for those written as they are held, not
-    /// converted by `floats_as`. O(bytes of those variables).
+    /// (see [`CHECKSUM_PREFIX`]), each of its bytes as written (converted
+    /// by `floats_as` where it applies). O(bytes of those variables);
+    /// converting, 1 MiB more.
     fn checksums(
         &self,
         tree: &ScopeTree,
@@ -353,10 +349,9 @@ impl SyncPlan {
         let mut out = Vec::with_capacity(indices.len());
         for &i in indices {
             let e = &self.manifest().entries()[i];
-            if written(e.dtype, floats_as) != e.dtype {
-                continue;
-            }
-            out.push(checksum_entry(&e.key, self.slot_bytes(tree, i)?));
+            let to = written(e.dtype, floats_as);
+            let sum = written_hash(e.dtype, to, self.slot_bytes(tree, i)?);
+            out.push(checksum_text(&e.key, sum));
         }
         Ok(out)
     }
@@ -523,8 +518,8 @@ impl SyncPlan {
 
     /// The metadata of this rank's shard (the saved variables `range` of
     /// `prepared`): `opts`' own, `"format": "pt"`, the save's id, and the
-    /// checksum of each tensor written as it is held (not converted by
-    /// `floats_as`). O(bytes of the shard).
+    /// checksum of each tensor's bytes as written (converted by
+    /// `floats_as` where it applies). O(bytes of the shard).
     pub(in crate::ranks) fn shard_metadata(
         &self,
         tree: &ScopeTree,

@@ -7,10 +7,11 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use super::shards::{Prepared, ShardedSave, checksum_entry};
+use super::shards::{Prepared, ShardedSave, checksum_text, written};
 use super::state_shards::{StateFile, write_flushed};
 use crate::checkpoint::{self, Dtype};
 use crate::ranks::error::Error;
+use crate::ranks::vars::checksum::written_hash;
 
 /// One staged shard of parameters: each tensor's key, dtype and shape (in
 /// key order) and its bytes in a staging buffer.
@@ -20,18 +21,21 @@ pub(in crate::ranks) struct Shard {
     pub(in crate::ranks) buffers: Vec<Vec<u8>>,
     pub(in crate::ranks) floats_as: Option<Dtype>,
     pub(in crate::ranks) metadata: HashMap<String, String>,
-    /// The tensors whose checksums the writer adds to the metadata, from
-    /// their staged bytes (off the caller's thread).
-    pub(in crate::ranks) checksummed: Vec<usize>,
+    /// Whether the writer adds every tensor's checksum to the metadata,
+    /// from its staged bytes as written (off the caller's thread).
+    pub(in crate::ranks) checksummed: bool,
     pub(in crate::ranks) path: PathBuf,
 }
 
 impl Shard {
     /// Writes the shard; hands the buffers back for the next save.
     fn write(mut self) -> (Vec<Vec<u8>>, Result<(), checkpoint::Error>) {
-        for &i in &self.checksummed {
-            let (key, value) = checksum_entry(&self.tensors[i].0, &self.buffers[i]);
-            self.metadata.insert(key, value);
+        if self.checksummed {
+            for ((key, dtype, _), bytes) in self.tensors.iter().zip(&self.buffers) {
+                let sum = written_hash(*dtype, written(*dtype, self.floats_as), bytes);
+                let (key, value) = checksum_text(key, sum);
+                self.metadata.insert(key, value);
+            }
         }
         let bytes = self.buffers.iter().map(Vec::as_slice);
         let written = write_flushed(

@@ -375,10 +375,10 @@ impl Files {
             return Ok(());
         };
         let opened = &self.opened[f].1;
-        let Some((sum, file)) = opened.checksum(i) else {
+        let Some((sum, file)) = opened.checksum(i)? else {
             return Ok(());
         };
-        if format!("{:032x}", hash(opened, i)?) != sum {
+        if hash(opened, i)? != sum {
             return Err(Error::Corrupted {
                 key: key.to_owned(),
                 file: crate::short::path(&file.to_string_lossy()),
