@@ -1,0 +1,159 @@
+//! A checkpoint that a plan saved at a world of one
+//! (`SyncPlan::save_shards`: one shard whose metadata carries each
+//! tensor's xxh3 checksum and the save's id, and the index), with one of
+//! its two files changed by the input: bytes written over it, its end cut
+//! off, or all of it replaced. A plan's `load_shards` into the model with
+//! other values fails, leaving the tree as it was, with a short message,
+//! or the model holds exactly the saved values: no change to the files
+//! gets past the checksums and the checks of the headers and the index.
+//! The one exception: a shard whose every checksum entry is gone reads as
+//! a file another program wrote, which records none; a load of it must
+//! then hold exactly the file's bytes.
+//!
+//! The checkpoint is `fixtures/rank_checkpoint`, saved once from the
+//! filled model (`common::model(true)`) and committed, so that an input
+//! means the same bytes in every run (a save's id differs from save to
+//! save). A load of it unchanged must succeed, checked before the first
+//! input.
+
+#![no_main]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
+
+use libfuzzer_sys::arbitrary::{self, Arbitrary};
+use libfuzzer_sys::fuzz_target;
+use scopetree::checkpoint;
+use scopetree::ranks::{self, PlanOptions, SingleProcess, SyncPlan};
+
+/// How the input changes a file.
+#[derive(Arbitrary, Debug)]
+enum Change {
+    /// Bytes written at offsets (taken modulo the file's length).
+    Overwrite(Vec<(u16, u8)>),
+    /// The file cut to this many bytes (modulo its length).
+    Cut(u16),
+    /// The file's bytes replaced.
+    Replace(Vec<u8>),
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    /// The index rather than the shard.
+    index: bool,
+    change: Change,
+}
+
+/// The checkpoint, copied into a directory of its own: the directory, and
+/// its two files' paths and bytes (the shard first).
+struct Saved {
+    _dir: tempfile::TempDir,
+    files: [(PathBuf, Vec<u8>); 2],
+}
+
+static SAVED: LazyLock<Saved> = LazyLock::new(|| {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/rank_checkpoint");
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str| {
+        let bytes = std::fs::read(from.join(name)).unwrap();
+        let path = dir.path().join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        (path, bytes)
+    };
+    let files = [
+        file("model-00001-of-00001.safetensors"),
+        file("model.safetensors.index.json"),
+    ];
+    let (mut t, vars) = common::model(false);
+    let mut plan = SyncPlan::new(&SingleProcess, &t, t.root(), &PlanOptions::new()).unwrap();
+    plan.load_shards(&SingleProcess, &mut t, dir.path())
+        .expect("the fixture loads unchanged");
+    let (filled, filled_vars) = common::model(true);
+    assert_eq!(common::state(&t, vars), common::state(&filled, filled_vars));
+    Saved { _dir: dir, files }
+});
+
+/// `bytes` changed as `change` says.
+fn changed(bytes: &[u8], change: &Change) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    match change {
+        Change::Overwrite(at) => {
+            for &(i, b) in at {
+                let i = usize::from(i) % out.len();
+                out[i] = b;
+            }
+        }
+        Change::Cut(len) => out.truncate(usize::from(*len) % out.len()),
+        Change::Replace(new) => out = new.clone(),
+    }
+    out
+}
+
+/// Whether `r` is an error, with a message under 1,000 bytes.
+fn failed<T>(r: &Result<T, ranks::Error>) -> bool {
+    match r {
+        Ok(_) => false,
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(
+                msg.len() < 1000,
+                "a message of {} bytes: {msg:.300}",
+                msg.len()
+            );
+            true
+        }
+    }
+}
+
+fuzz_target!(|input: Input| {
+    let saved = &*SAVED;
+    for (path, bytes) in &saved.files {
+        std::fs::write(path, bytes).unwrap();
+    }
+    let (path, bytes) = &saved.files[usize::from(input.index)];
+    std::fs::write(path, changed(bytes, &input.change)).unwrap();
+
+    let (mut t, vars) = common::model(false);
+    let before = common::state(&t, vars);
+    let mut plan = SyncPlan::new(&SingleProcess, &t, t.root(), &PlanOptions::new()).unwrap();
+    let dir = path.parent().unwrap();
+    let loaded = plan.load_shards(&SingleProcess, &mut t, dir);
+    if failed(&loaded) {
+        assert_eq!(
+            common::state(&t, vars),
+            before,
+            "a failed load changed the tree"
+        );
+    } else if records_checksums(&std::fs::read(&saved.files[0].0).unwrap()) {
+        let (filled, filled_vars) = common::model(true);
+        assert_eq!(
+            common::state(&t, vars),
+            common::state(&filled, filled_vars),
+            "a load that passed holds other values than the saved ones"
+        );
+    } else {
+        // Every checksum entry is gone: the shard reads as another
+        // writer's file, with nothing to check its bytes against, and the
+        // model holds what it holds.
+        let shard = &saved.files[0].0;
+        let tensors = checkpoint::inspect(shard).expect("a shard that loaded");
+        let file = std::fs::read(shard).unwrap();
+        let data = common::data_of(&file).expect("a shard that loaded");
+        common::check_loaded(&t, vars, &before, &tensors, data);
+    }
+});
+
+/// Whether the shard's metadata records any checksum
+/// (`scopetree_xxh3/<key>`), as a loader sees it: then a loader checks
+/// every tensor of it.
+fn records_checksums(shard: &[u8]) -> bool {
+    let header = common::data_of(shard).map_or(&[][..], |data| &shard[8..shard.len() - data.len()]);
+    let Ok(serde_json::Value::Object(top)) = serde_json::from_slice(header) else {
+        return false;
+    };
+    top.get("__metadata__")
+        .and_then(serde_json::Value::as_object)
+        .is_some_and(|m| m.keys().any(|k| k.starts_with("scopetree_xxh3/")))
+}
