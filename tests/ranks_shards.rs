@@ -271,34 +271,54 @@ fn the_manager_keeps_the_last_k_and_a_failed_save_leaves_the_previous_latest() -
     Ok(())
 }
 
-/// A shard whose data bytes were changed after the save (its header
-/// intact) is found by the checksums the save wrote, and the load changes
-/// nothing.
-#[test]
-fn a_corrupted_shard_is_found_by_its_checksums_and_changes_nothing() -> R {
+/// Saves `model(1.0)` with `save_shards` into a new directory, then
+/// rewrites its one shard as `change` makes it.
+fn saved_and_changed(
+    change: impl FnOnce(&mut Vec<u8>) -> Result<(), Box<dyn std::error::Error>>,
+) -> Result<tempfile::TempDir, Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let (tree, scope, _) = model(1.0)?;
     let mut plan = SyncPlan::new(&SingleProcess, &tree, scope, &scratch())?;
     let saved = plan.save_shards(&SingleProcess, &tree, dir.path(), &SaveOptions::new())?;
     let shard = dir.path().join(&saved.shards[0]);
     let mut bytes = std::fs::read(&shard)?;
-    let last = bytes.len() - 1; // the last byte of the last tensor's data
-    bytes[last] ^= 0x40;
+    change(&mut bytes)?;
     std::fs::write(&shard, &bytes)?;
+    Ok(dir)
+}
 
-    let (mut other, oscope, ovars) = model(5.0)?;
-    let mut oplan = SyncPlan::new(&SingleProcess, &other, oscope, &scratch())?;
-    let before = values(&other, &ovars)?;
-    let err = oplan
-        .load_shards(&SingleProcess, &mut other, dir.path())
+/// The error of `load_shards` of `dir` into `model(5.0)`, once checked
+/// that the failed load changed no value.
+fn failed_load(dir: &Path) -> Result<Error, Box<dyn std::error::Error>> {
+    let (mut other, scope, vars) = model(5.0)?;
+    let mut plan = SyncPlan::new(&SingleProcess, &other, scope, &scratch())?;
+    let before = values(&other, &vars)?;
+    let err = plan
+        .load_shards(&SingleProcess, &mut other, dir)
         .unwrap_err();
+    assert_eq!(values(&other, &vars)?, before, "{err}");
+    Ok(err)
+}
+
+/// A shard whose data bytes were changed after the save (its header
+/// intact) is found by the checksums the save wrote, and the load changes
+/// nothing.
+#[test]
+fn a_corrupted_shard_is_found_by_its_checksums_and_changes_nothing() -> R {
+    let dir = saved_and_changed(|bytes| {
+        let last = bytes.len() - 1; // the last byte of the last tensor's data
+        bytes[last] ^= 0x40;
+        Ok(())
+    })?;
+    let err = failed_load(dir.path())?;
     assert!(matches!(err, Error::Corrupted { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("enc/w") && msg.contains("corrupted"), "{msg}");
-    assert_eq!(values(&other, &ovars)?, before);
 
     // bf16 shards carry the checksum of every tensor as written: of the
     // converted bytes, which a loader checks before it converts them.
+    let (tree, scope, _) = model(1.0)?;
+    let mut plan = SyncPlan::new(&SingleProcess, &tree, scope, &scratch())?;
     let bf = tempfile::tempdir()?;
     plan.save_shards(
         &SingleProcess,
@@ -330,28 +350,17 @@ fn a_corrupted_shard_is_found_by_its_checksums_and_changes_nothing() -> R {
 /// not be checked, so its bytes, changed too here, never reach the tree.
 #[test]
 fn a_tensor_whose_checksum_entry_is_gone_is_refused_and_changes_nothing() -> R {
-    let dir = tempfile::tempdir()?;
-    let (tree, scope, _) = model(1.0)?;
-    let mut plan = SyncPlan::new(&SingleProcess, &tree, scope, &scratch())?;
-    let saved = plan.save_shards(&SingleProcess, &tree, dir.path(), &SaveOptions::new())?;
-    let shard = dir.path().join(&saved.shards[0]);
-    let mut bytes = std::fs::read(&shard)?;
-    let entry = b"scopetree_xxh3/enc/w";
-    let at = bytes
-        .windows(entry.len())
-        .position(|w| w == entry)
-        .ok_or("no checksum entry")?;
-    bytes[at + 1] = b'C'; // "sCopetree_xxh3/enc/w": an unknown entry now
-    let last = bytes.len() - 1;
-    bytes[last] ^= 0x40;
-    std::fs::write(&shard, &bytes)?;
-
-    let (mut other, oscope, ovars) = model(5.0)?;
-    let mut oplan = SyncPlan::new(&SingleProcess, &other, oscope, &scratch())?;
-    let before = values(&other, &ovars)?;
-    let err = oplan
-        .load_shards(&SingleProcess, &mut other, dir.path())
-        .unwrap_err();
+    let dir = saved_and_changed(|bytes| {
+        let entry = b"scopetree_xxh3/enc/w";
+        let at = (bytes.windows(entry.len()))
+            .position(|w| w == entry)
+            .ok_or("no checksum entry")?;
+        bytes[at + 1] = b'C'; // "sCopetree_xxh3/enc/w": an unknown entry now
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        Ok(())
+    })?;
+    let err = failed_load(dir.path())?;
     let msg = err.to_string();
     assert!(
         matches!(
@@ -364,7 +373,6 @@ fn a_tensor_whose_checksum_entry_is_gone_is_refused_and_changes_nothing() -> R {
         "{err:?}"
     );
     assert!(msg.contains("enc/w") && msg.contains("checksums"), "{msg}");
-    assert_eq!(values(&other, &ovars)?, before);
     Ok(())
 }
 

@@ -343,7 +343,7 @@ impl Item<'_> {
 /// The JSON header of a file of the tensors `infos` (in their order) with
 /// `metadata`, as `safetensors::serialize` makes it but with the metadata's
 /// entries sorted by key (`serialize` writes them in a `HashMap`'s order,
-/// which changes from process to process): the same tensors and metadata
+/// which differs from map to map): the same tensors and metadata
 /// give the same bytes. O(tensors + metadata entries × log).
 fn header_json(
     metadata: Option<HashMap<String, String>>,
