@@ -122,7 +122,8 @@ impl ScopeTree {
     /// Erases the variables of `scope` named in `names`, dropping their values;
     /// names the scope does not hold are ignored (Paddle's `EraseVars`). Returns
     /// how many were erased. Every name is checked before anything is erased.
-    /// O(len(names) × local variables).
+    /// O(len(names)) amortised (each name hashed once), plus dropping the
+    /// values.
     ///
     /// # Errors
     /// [`Error::InvalidName`] or [`Error::ForeignSymbol`] for any name (then
@@ -154,7 +155,7 @@ impl ScopeTree {
 
     /// Erases every variable of `scope` except those named in `keep` (Paddle's
     /// `EraseVarsExcept`). Returns how many were erased.
-    /// O(local variables × len(keep)).
+    /// O(local variables + len(keep)), plus dropping the values.
     ///
     /// # Errors
     /// [`Error::InvalidName`] or [`Error::ForeignSymbol`] for any name (then
@@ -208,7 +209,8 @@ impl ScopeTree {
 
     /// Erases one variable by handle (seed 000's `DeleteVariable`), dropping
     /// its value. The handle, and every copy of it, is stale afterwards.
-    /// O(local variables of its scope).
+    /// O(1) amortised, in any order (a removal leaves a hole that a later
+    /// one compacts away), plus dropping the value.
     ///
     /// # Errors
     /// [`Error::StaleVar`] or [`Error::ForeignVar`].
@@ -234,7 +236,7 @@ impl ScopeTree {
     }
 
     /// Renames the variable `old` of `scope` to `new`, keeping its handle and
-    /// value (Paddle's `Rename`). O(local variables).
+    /// value (Paddle's `Rename`). O(1) amortised, plus hashing the names.
     ///
     /// # Errors
     /// [`Error::NotFound`] if `scope` itself does not hold `old`;
@@ -280,7 +282,8 @@ impl ScopeTree {
 
     /// Renames the variable `old` of `scope` to a fresh name `{old}_{n}` drawn
     /// as [`unique_var`](Self::unique_var) draws them, and returns the new
-    /// name (Paddle's `Rename(origin)`). O(local variables).
+    /// name (Paddle's `Rename(origin)`). O(1) amortised, as `unique_var`;
+    /// allocates the new name.
     ///
     /// # Errors
     /// [`Error::NotFound`] if `scope` itself does not hold `old`;
