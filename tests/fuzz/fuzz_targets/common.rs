@@ -6,6 +6,8 @@
 
 use std::sync::LazyLock;
 
+use libfuzzer_sys::arbitrary::{self, Arbitrary};
+
 use scopetree::checkpoint::{
     self, Checkpointable, DtypePolicy, Error, FileTensor, FloatDtype, LoadOptions, Tensor,
 };
@@ -133,4 +135,44 @@ pub fn check_file(file: &[u8]) {
             check_loaded(&t, vars, &before, tensors, data);
         }
     }
+}
+
+/// How an input changes a file of a saved checkpoint.
+#[derive(Arbitrary, Debug)]
+pub enum Change {
+    /// Bytes written at offsets (taken modulo the file's length).
+    Overwrite(Vec<(u16, u8)>),
+    /// The file cut to this many bytes (modulo its length).
+    Cut(u16),
+    /// The file's bytes replaced.
+    Replace(Vec<u8>),
+}
+
+/// `bytes` changed as `change` says.
+pub fn changed(bytes: &[u8], change: &Change) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    match change {
+        Change::Overwrite(at) => {
+            for &(i, b) in at {
+                let i = usize::from(i) % out.len();
+                out[i] = b;
+            }
+        }
+        Change::Cut(len) => out.truncate(usize::from(*len) % out.len()),
+        Change::Replace(new) => out = new.clone(),
+    }
+    out
+}
+
+/// Whether the shard's metadata records any checksum
+/// (`scopetree_xxh3/<key>`), as a loader sees it: then a loader checks
+/// every tensor of it.
+pub fn records_checksums(shard: &[u8]) -> bool {
+    let header = data_of(shard).map_or(&[][..], |data| &shard[8..shard.len() - data.len()]);
+    let Ok(serde_json::Value::Object(top)) = serde_json::from_slice(header) else {
+        return false;
+    };
+    top.get("__metadata__")
+        .and_then(serde_json::Value::as_object)
+        .is_some_and(|m| m.keys().any(|k| k.starts_with("scopetree_xxh3/")))
 }

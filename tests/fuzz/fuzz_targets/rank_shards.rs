@@ -28,22 +28,11 @@ use libfuzzer_sys::fuzz_target;
 use scopetree::checkpoint;
 use scopetree::ranks::{self, PlanOptions, SingleProcess, SyncPlan};
 
-/// How the input changes a file.
-#[derive(Arbitrary, Debug)]
-enum Change {
-    /// Bytes written at offsets (taken modulo the file's length).
-    Overwrite(Vec<(u16, u8)>),
-    /// The file cut to this many bytes (modulo its length).
-    Cut(u16),
-    /// The file's bytes replaced.
-    Replace(Vec<u8>),
-}
-
 #[derive(Arbitrary, Debug)]
 struct Input {
     /// The index rather than the shard.
     index: bool,
-    change: Change,
+    change: common::Change,
 }
 
 /// The checkpoint, copied into a directory of its own: the directory, and
@@ -75,22 +64,6 @@ static SAVED: LazyLock<Saved> = LazyLock::new(|| {
     Saved { _dir: dir, files }
 });
 
-/// `bytes` changed as `change` says.
-fn changed(bytes: &[u8], change: &Change) -> Vec<u8> {
-    let mut out = bytes.to_vec();
-    match change {
-        Change::Overwrite(at) => {
-            for &(i, b) in at {
-                let i = usize::from(i) % out.len();
-                out[i] = b;
-            }
-        }
-        Change::Cut(len) => out.truncate(usize::from(*len) % out.len()),
-        Change::Replace(new) => out = new.clone(),
-    }
-    out
-}
-
 /// Whether `r` is an error, with a message under 1,000 bytes.
 fn failed<T>(r: &Result<T, ranks::Error>) -> bool {
     match r {
@@ -113,7 +86,7 @@ fuzz_target!(|input: Input| {
         std::fs::write(path, bytes).unwrap();
     }
     let (path, bytes) = &saved.files[usize::from(input.index)];
-    std::fs::write(path, changed(bytes, &input.change)).unwrap();
+    std::fs::write(path, common::changed(bytes, &input.change)).unwrap();
 
     let (mut t, vars) = common::model(false);
     let before = common::state(&t, vars);
@@ -126,7 +99,7 @@ fuzz_target!(|input: Input| {
             before,
             "a failed load changed the tree"
         );
-    } else if records_checksums(&std::fs::read(&saved.files[0].0).unwrap()) {
+    } else if common::records_checksums(&std::fs::read(&saved.files[0].0).unwrap()) {
         let (filled, filled_vars) = common::model(true);
         assert_eq!(
             common::state(&t, vars),
@@ -144,16 +117,3 @@ fuzz_target!(|input: Input| {
         common::check_loaded(&t, vars, &before, &tensors, data);
     }
 });
-
-/// Whether the shard's metadata records any checksum
-/// (`scopetree_xxh3/<key>`), as a loader sees it: then a loader checks
-/// every tensor of it.
-fn records_checksums(shard: &[u8]) -> bool {
-    let header = common::data_of(shard).map_or(&[][..], |data| &shard[8..shard.len() - data.len()]);
-    let Ok(serde_json::Value::Object(top)) = serde_json::from_slice(header) else {
-        return false;
-    };
-    top.get("__metadata__")
-        .and_then(serde_json::Value::as_object)
-        .is_some_and(|m| m.keys().any(|k| k.starts_with("scopetree_xxh3/")))
-}
