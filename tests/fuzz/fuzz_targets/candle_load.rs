@@ -42,7 +42,7 @@ use candle_nn::Init;
 use half::{bf16, f16};
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
-use scopetree::candle::{CandleStore, Error};
+use scopetree::candle::CandleStore;
 use scopetree::checkpoint::{
     self, Checkpointable, Dtype, DtypePolicy, FloatDtype, LoadOptions, SaveOptions,
 };
@@ -321,20 +321,19 @@ static SAVED: LazyLock<Saved> = LazyLock::new(|| {
     saved
 });
 
-/// Whether `r` is an error, with a message under 1,000 bytes.
-fn failed<T>(r: &Result<T, Error>) -> bool {
-    match r {
-        Ok(_) => false,
-        Err(e) => {
-            let msg = e.to_string();
-            assert!(
-                msg.len() < 1000,
-                "a message of {} bytes: {msg:.300}",
-                msg.len()
-            );
-            true
-        }
+/// `opts` creating every variable, its floats as `floats` if given.
+fn creating(opts: LoadOptions, floats: Option<Floats>) -> LoadOptions {
+    let opts = opts.create(true);
+    match floats {
+        Some(f) => opts.create_floats_as(f.float_dtype()),
+        None => opts,
     }
+}
+
+/// Fails, saying `what`, unless `store` holds no variable and waits for no
+/// load.
+fn assert_empty(store: &CandleStore, what: &str) {
+    assert_eq!(contents(store), (Vec::new(), false), "{what}");
 }
 
 impl Floats {
@@ -369,7 +368,7 @@ fn run(saved: &Saved, input: &Input) -> bool {
             let store = built(convert);
             let before = contents(&store);
             let loaded = store.load(dir, &opts.rollback(rollback));
-            if failed(&loaded) {
+            if common::failed(&loaded) {
                 assert_eq!(contents(&store), before, "a failed load changed the store");
                 return false;
             }
@@ -377,18 +376,11 @@ fn run(saved: &Saved, input: &Input) -> bool {
         }
         Mode::Create { floats } => {
             change();
-            let mut opts = opts.create(true);
-            if let Some(f) = floats {
-                opts = opts.create_floats_as(f.float_dtype());
-            }
+            let opts = creating(opts, floats);
             let store = CandleStore::new();
             let loaded = store.load_on(dir, &opts, &Device::Cpu);
-            if failed(&loaded) {
-                assert_eq!(
-                    contents(&store),
-                    (Vec::new(), false),
-                    "a failed load made variables"
-                );
+            if common::failed(&loaded) {
+                assert_empty(&store, "a failed load made variables");
                 return false;
             }
             (store, loaded)
@@ -400,20 +392,13 @@ fn run(saved: &Saved, input: &Input) -> bool {
             if !after_check {
                 change();
             }
-            let mut opts = opts.create(true);
-            if let Some(f) = floats {
-                opts = opts.create_floats_as(f.float_dtype());
-            }
+            let opts = creating(opts, floats);
             let store = CandleStore::new();
             let loaded = store.load(dir, &opts);
-            if failed(&loaded) {
+            if common::failed(&loaded) {
                 assert!(!after_check, "the unchanged files failed their check");
                 assert!(!store.is_pending(), "a failed load waits");
-                assert_eq!(
-                    contents(&store),
-                    (Vec::new(), false),
-                    "a failed load made variables"
-                );
+                assert_empty(&store, "a failed load made variables");
                 return false;
             }
             // Nothing to create (a checkpoint of no tensors) loads at once.
@@ -428,12 +413,8 @@ fn run(saved: &Saved, input: &Input) -> bool {
                 change();
             }
             let placed = store.place(&Device::Cpu);
-            if failed(&placed) {
-                assert_eq!(
-                    contents(&store),
-                    (Vec::new(), false),
-                    "a failed place made variables"
-                );
+            if common::failed(&placed) {
+                assert_empty(&store, "a failed place made variables");
                 return false;
             }
             (store, loaded)

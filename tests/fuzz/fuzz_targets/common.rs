@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 
 use scopetree::checkpoint::{
-    self, Checkpointable, DtypePolicy, Error, FileTensor, FloatDtype, LoadOptions, Tensor,
+    self, Checkpointable, DtypePolicy, FileTensor, FloatDtype, LoadOptions, Tensor,
 };
 use scopetree::{ScopeTree, VarId};
 
@@ -41,7 +41,7 @@ pub fn state(t: &ScopeTree, [a, b, c]: [VarId; 3]) -> State {
 
 /// A failed load's error: its message under 1,000 bytes whatever the
 /// input.
-pub fn check_error(e: &Error) {
+pub fn check_error(e: &impl std::fmt::Display) {
     let msg = e.to_string();
     assert!(
         msg.len() < 1000,
@@ -78,7 +78,7 @@ pub fn data_of(file: &[u8]) -> Option<&[u8]> {
 }
 
 /// Whether `r` is an error, checked as [`check_error`] checks it.
-pub fn failed<T>(r: &Result<T, Error>) -> bool {
+pub fn failed<T, E: std::fmt::Display>(r: &Result<T, E>) -> bool {
     match r {
         Ok(_) => false,
         Err(e) => {

@@ -26,7 +26,7 @@ use std::sync::LazyLock;
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 use scopetree::checkpoint;
-use scopetree::ranks::{self, PlanOptions, SingleProcess, SyncPlan};
+use scopetree::ranks::{PlanOptions, SingleProcess, SyncPlan};
 
 #[derive(Arbitrary, Debug)]
 struct Input {
@@ -64,22 +64,6 @@ static SAVED: LazyLock<Saved> = LazyLock::new(|| {
     Saved { _dir: dir, files }
 });
 
-/// Whether `r` is an error, with a message under 1,000 bytes.
-fn failed<T>(r: &Result<T, ranks::Error>) -> bool {
-    match r {
-        Ok(_) => false,
-        Err(e) => {
-            let msg = e.to_string();
-            assert!(
-                msg.len() < 1000,
-                "a message of {} bytes: {msg:.300}",
-                msg.len()
-            );
-            true
-        }
-    }
-}
-
 fuzz_target!(|input: Input| {
     let saved = &*SAVED;
     for (path, bytes) in &saved.files {
@@ -93,7 +77,7 @@ fuzz_target!(|input: Input| {
     let mut plan = SyncPlan::new(&SingleProcess, &t, t.root(), &PlanOptions::new()).unwrap();
     let dir = path.parent().unwrap();
     let loaded = plan.load_shards(&SingleProcess, &mut t, dir);
-    if failed(&loaded) {
+    if common::failed(&loaded) {
         assert_eq!(
             common::state(&t, vars),
             before,
