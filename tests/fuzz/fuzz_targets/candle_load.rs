@@ -4,7 +4,8 @@
 //! its four files changed by the input: bytes written over it, its end cut
 //! off, or all of it replaced. Then one of the store's loads, chosen by
 //! the input, with a staging budget and a number of readers the input
-//! picks too (a budget of 128 KiB stages the 80 KB tensor in two pieces):
+//! picks too (a load that converts floats stages them, and a budget of 128
+//! KiB stages the 80 KB tensor in two pieces):
 //!
 //! - strict, in place, into the built model (every value zero), its floats
 //!   of the file's dtypes or of others (`DtypePolicy::Convert`), with
