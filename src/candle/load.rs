@@ -123,7 +123,10 @@ impl CandleStore {
     /// tensors' memory; a float conversion happens on the staged bytes, so
     /// no second copy of a tensor is made on its device. Checksums a save
     /// wrote (`scopetree_xxh3/<key>`, as the ranks' checkpoints carry) are
-    /// verified on the staged bytes. Host memory: the staging budget,
+    /// verified on the staged bytes. A checksum covers a tensor's bytes, not
+    /// the dtype and shape its header gives them: a built model's variables
+    /// check those, but a variable the load creates takes them from the
+    /// header. Host memory: the staging budget,
     /// whatever the model's size; the buffers are kept for the process's
     /// next load ([`free_staging`](Self::free_staging) drops them). O(header +
     /// variables × depth + bytes read).
