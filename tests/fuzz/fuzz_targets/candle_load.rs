@@ -61,15 +61,18 @@ const VARS: [(&str, DType, &[usize]); 7] = [
 ];
 
 /// Values that take every path of a float conversion: signed zeros,
-/// infinities, NaN, a subnormal, one past f16's range, ties.
-const SPECIAL: [f32; 8] = [
+/// infinities, NaN, a subnormal, one past f16's range, a tie of bf16
+/// (1 + 2^-8, to even: 1) and of f16 (1 + 2^-11), and 65,520, halfway
+/// between f16's largest value and 2^16 (to even: infinity).
+const SPECIAL: [f32; 9] = [
     -0.0,
     f32::INFINITY,
     f32::NEG_INFINITY,
     f32::NAN,
     1e-40,
     3.0e38,
-    1.0 + f32::EPSILON * 16.0,
+    1.0 + 1.0 / 256.0,
+    1.0 + 1.0 / 2048.0,
     65_520.0,
 ];
 
@@ -127,22 +130,17 @@ fn value(i: usize, k: usize, dtype: DType) -> f64 {
     ((i * 31 + k * 7) % 251) as f64 - 100.0
 }
 
-/// The store with every variable built: its values, or zero.
-fn model(filled: bool) -> CandleStore {
-    let store = CandleStore::new();
+/// The store with every variable built and holding its values.
+fn filled() -> CandleStore {
+    let store = built(false);
     for (i, (name, dtype, shape)) in VARS.iter().enumerate() {
-        store
-            .get(*shape, name, Init::Const(0.0), *dtype, &Device::Cpu)
+        let n: usize = shape.iter().product();
+        let v: Vec<f64> = (0..n).map(|k| value(i, k, *dtype)).collect();
+        let t = Tensor::from_vec(v, *shape, &Device::Cpu)
+            .unwrap()
+            .to_dtype(*dtype)
             .unwrap();
-        if filled {
-            let n: usize = shape.iter().product();
-            let v: Vec<f64> = (0..n).map(|k| value(i, k, *dtype)).collect();
-            let t = Tensor::from_vec(v, *shape, &Device::Cpu)
-                .unwrap()
-                .to_dtype(*dtype)
-                .unwrap();
-            store.var(name).unwrap().unwrap().set(&t).unwrap();
-        }
+        store.var(name).unwrap().unwrap().set(&t).unwrap();
     }
     store
 }
@@ -247,7 +245,7 @@ fn with_fixed_id(file: &[u8], id: &str, shard: bool) -> Vec<u8> {
 const SAVE_ID: &str = "candle-load-fuzz";
 
 static SAVED: LazyLock<Saved> = LazyLock::new(|| {
-    let store = model(true);
+    let store = filled();
     let mut bytes = Vec::new();
     let mut meta = std::collections::HashMap::new();
     for (k, v) in store.named_vars().unwrap() {
@@ -488,17 +486,7 @@ fn any_nan(f32s: &[u8]) -> Vec<u8> {
 /// exactly; f64 to f32 rounded to nearest); `None` for f64 to a 16-bit
 /// float, rounded there in one step that `tests/float_rounding.rs` checks.
 fn converted(raw: &[u8], from: Dtype, to: DType) -> Option<Vec<u8>> {
-    let same = matches!(
-        (from, to),
-        (Dtype::F16, DType::F16)
-            | (Dtype::BF16, DType::BF16)
-            | (Dtype::F32, DType::F32)
-            | (Dtype::F64, DType::F64)
-            | (Dtype::U8, DType::U8)
-            | (Dtype::U32, DType::U32)
-            | (Dtype::I64, DType::I64)
-    );
-    if same {
+    if format!("{from:?}").eq_ignore_ascii_case(to.as_str()) {
         return Some(raw.to_vec());
     }
     let values: Vec<f32> = match from {
